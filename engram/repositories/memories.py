@@ -1,0 +1,272 @@
+"""SQL for memories, their BM25 postings and history. Only this module and its siblings speak SQL."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+import asyncpg
+import numpy as np
+
+from engram.models import Memory, Scope
+from engram.repositories.sql import Where
+
+MEMORY_COLUMNS = """
+    m.id, m.content, m.user_id, m.agent_id, m.run_id, m.type, m.category, m.tags, m.who,
+    m.source_type, m.source_id, m.session_id, m.metadata, m.pinned, m.is_deleted, m.deleted_at,
+    m.confidence, m.importance, m.extraction_status, m.extracted, m.access_count, m.last_accessed,
+    m.embedding_model, m.extraction_model, m.content_hash, m.created_at, m.updated_at,
+    m.updated_by, m.version
+"""
+
+
+def row_to_memory(row: asyncpg.Record) -> Memory:
+    data = dict(row)
+    data["metadata"] = json.loads(data["metadata"]) if isinstance(data["metadata"], str) else data["metadata"]
+    if isinstance(data.get("extracted"), str):
+        data["extracted"] = json.loads(data["extracted"])
+    return Memory.model_validate(data)
+
+
+@dataclass(frozen=True)
+class NewMemory:
+    id: UUID
+    scope: Scope
+    content: str
+    normalized: str
+    content_hash: str
+    type: str
+    tags: list[str]
+    who: str | None
+    source_type: str | None
+    source_id: str | None
+    session_id: str | None
+    metadata: dict
+    pinned: bool
+    importance: float
+    extraction_status: str
+    token_count: int
+    actor: str
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Search and list filters, already validated and with time phrases resolved."""
+
+    type: str | None = None
+    tags: list[str] | None = None
+    who: str | None = None
+    source_type: str | None = None
+    created_from: datetime | None = None
+    created_to: datetime | None = None
+    include_deleted: bool = False
+
+    def apply(self, where: Where, alias: str = "m") -> None:
+        if not self.include_deleted:
+            where.add_raw(f"NOT {alias}.is_deleted")
+        if self.type is not None:
+            where.add(f"{alias}.type = {{}}", self.type)
+        if self.tags:
+            where.add(f"{alias}.tags && {{}}::text[]", list(self.tags))
+        if self.who is not None:
+            where.add(f"{alias}.who = {{}}", self.who)
+        if self.source_type is not None:
+            where.add(f"{alias}.source_type = {{}}", self.source_type)
+        if self.created_from is not None:
+            where.add(f"{alias}.created_at >= {{}}", self.created_from)
+        if self.created_to is not None:
+            where.add(f"{alias}.created_at < {{}}", self.created_to)
+
+
+async def insert_if_new(conn: asyncpg.Connection, mem: NewMemory) -> bool:
+    """Insert `mem` unless a live memory with the same content hash exists in its scope.
+
+    Returns True when inserted. The unique partial index decides, so concurrent identical
+    inserts leave exactly one row.
+    """
+    inserted = await conn.fetchval(
+        """
+        INSERT INTO memories (id, user_id, agent_id, run_id, scope_key, content, normalized_content,
+            content_hash, type, tags, who, source_type, source_id, session_id, metadata, pinned,
+            importance, extraction_status, token_count, updated_by)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)
+        ON CONFLICT (scope_key, content_hash) WHERE NOT is_deleted DO NOTHING
+        RETURNING true
+        """,
+        mem.id, mem.scope.user_id, mem.scope.agent_id, mem.scope.run_id, mem.scope.key, mem.content,
+        mem.normalized, mem.content_hash, mem.type, mem.tags, mem.who, mem.source_type, mem.source_id,
+        mem.session_id, json.dumps(mem.metadata), mem.pinned, mem.importance, mem.extraction_status,
+        mem.token_count, mem.actor,
+    )
+    return bool(inserted)
+
+
+async def find_live_by_hash(conn: asyncpg.Connection, scope: Scope, content_hash: str) -> UUID | None:
+    return await conn.fetchval(
+        "SELECT id FROM memories WHERE scope_key = $1 AND content_hash = $2 AND NOT is_deleted",
+        scope.key, content_hash,
+    )
+
+
+async def insert_postings(conn: asyncpg.Connection, memory_id: UUID, scope: Scope, tf: dict[str, int]) -> None:
+    if not tf:
+        return
+    await conn.executemany(
+        "INSERT INTO memory_terms (memory_id, term, tf, user_id, agent_id, run_id) VALUES ($1, $2, $3, $4, $5, $6)",
+        [(memory_id, term, count, scope.user_id, scope.agent_id, scope.run_id) for term, count in tf.items()],
+    )
+
+
+async def insert_history(
+    conn: asyncpg.Connection, *, memory_id: UUID, event: str, version: int, actor_type: str,
+    actor_id: str, old_content: str | None = None, new_content: str | None = None,
+    new_metadata: dict | None = None, provider: str | None = None, model: str | None = None,
+    prompt_version: str | None = None, reason: str | None = None, request_id: str | None = None,
+    session_id: str | None = None,
+) -> None:
+    await conn.execute(
+        """
+        INSERT INTO memory_history (memory_id, event, version, old_content, new_content, new_metadata,
+            actor_type, actor_id, provider, model, prompt_version, decision_reason, request_id, session_id)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+        """,
+        memory_id, event, version, old_content, new_content,
+        json.dumps(new_metadata) if new_metadata is not None else None,
+        actor_type, actor_id, provider, model, prompt_version, reason, request_id, session_id,
+    )
+
+
+async def get(conn: asyncpg.Connection | asyncpg.Pool, memory_id: UUID) -> Memory | None:
+    row = await conn.fetchrow(f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.id = $1", memory_id)
+    return row_to_memory(row) if row else None
+
+
+async def list_page(
+    pool: asyncpg.Pool, scope: Scope, filters: Filters, *, after: tuple[datetime, UUID] | None, limit: int,
+) -> list[Memory]:
+    """Memories in `scope`, newest first, keyset-paginated on (created_at, id)."""
+    where = Where()
+    where.scope(scope, "m")
+    filters.apply(where)
+    if after is not None:
+        where.add("(m.created_at, m.id) < ({}, {})", *after)
+    where.params.append(limit)
+    rows = await pool.fetch(
+        f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE {where.sql()}"
+        f" ORDER BY m.created_at DESC, m.id DESC LIMIT ${len(where.params)}",
+        *where.params,
+    )
+    return [row_to_memory(r) for r in rows]
+
+
+async def bm25_scores(
+    pool: asyncpg.Pool, scope: Scope, filters: Filters, terms: list[str], *,
+    k1: float, b: float, limit: int, also_ids: list[UUID],
+) -> dict[UUID, float]:
+    """Okapi BM25 of each memory in `scope` that holds a query term: the top `limit`,
+    plus the scores of `also_ids` (0 when they hold no term).
+
+    N and the average length count the scope's live memories; df counts the scope's postings.
+    Each distinct query term counts once; IDF = ln(1 + (N - df + 0.5) / (df + 0.5)).
+    """
+    if not terms:
+        return {}
+    where_t = Where([sorted(set(terms)), k1, b, limit, also_ids])
+    where_t.add_raw("t.term = ANY($1::text[])")
+    where_t.scope(scope, "t")
+    scope_sql_t = where_t.sql()
+    where_m = Where(where_t.params)
+    where_m.scope(scope, "s")
+    where_m.add_raw("NOT s.is_deleted")
+    stats_sql = where_m.sql()
+    where_f = Where(where_m.params)
+    filters.apply(where_f)
+    rows = await pool.fetch(
+        f"""
+        WITH stats AS (
+            SELECT count(*)::float8 AS n, coalesce(avg(s.token_count), 1)::float8 AS avgdl
+            FROM memories s WHERE {stats_sql}
+        ), df AS (
+            SELECT t.term, count(*)::float8 AS df FROM memory_terms t WHERE {scope_sql_t} GROUP BY t.term
+        ), scored AS (
+            SELECT t.memory_id,
+                   sum(ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))
+                       * t.tf * ($2 + 1) / (t.tf + $2 * (1 - $3 + $3 * m.token_count / greatest(stats.avgdl, 1))))
+                       AS score
+            FROM memory_terms t
+            JOIN df ON df.term = t.term
+            JOIN memories m ON m.id = t.memory_id
+            CROSS JOIN stats
+            WHERE {scope_sql_t} AND {where_f.sql()}
+            GROUP BY t.memory_id
+        )
+        (SELECT memory_id, score FROM scored ORDER BY score DESC LIMIT $4)
+        UNION
+        SELECT memory_id, score FROM scored WHERE memory_id = ANY($5::uuid[])
+        """,
+        *where_f.params,
+    )
+    return {r["memory_id"]: float(r["score"]) for r in rows}
+
+
+async def fetch_with_similarity(
+    pool: asyncpg.Pool, ids: list[UUID], scope: Scope, filters: Filters, query_vector: np.ndarray, model: str,
+) -> list[tuple[Memory, float | None]]:
+    """Those of `ids` that are in `scope` and pass `filters`, each with the cosine similarity of
+    its canonical embedding to the query (None where it has no embedding from `model` yet).
+
+    The candidates come from indexes that may lag; this re-check against the rows is what
+    guarantees scope and deletion."""
+    where = Where([ids, query_vector, model])
+    where.add_raw("m.id = ANY($1::uuid[])")
+    where.scope(scope, "m")
+    filters.apply(where)
+    rows = await pool.fetch(
+        f"""
+        SELECT {MEMORY_COLUMNS},
+               CASE WHEN m.embedding_model = $3 THEN 1 - (m.embedding <=> $2) END AS similarity
+        FROM memories m WHERE {where.sql()}
+        """,
+        *where.params,
+    )
+    return [(row_to_memory(r), r["similarity"]) for r in rows]
+
+
+async def store_embedding(conn: asyncpg.Connection, memory_id: UUID, vector: np.ndarray, model: str) -> None:
+    await conn.execute(
+        "UPDATE memories SET embedding = $2, embedding_model = $3 WHERE id = $1",
+        memory_id, vector, model,
+    )
+
+
+async def record_extraction(
+    conn: asyncpg.Connection, memory_id: UUID, *, status: str, extracted: dict | None,
+    model: str | None, category: str | None, actor: str,
+) -> int:
+    """Set the extraction outcome; bump the version. Returns the new version."""
+    return await conn.fetchval(
+        """
+        UPDATE memories SET extraction_status = $2, extracted = $3, extraction_model = $4,
+            category = coalesce($5, category), updated_at = now(), updated_by = $6, version = version + 1
+        WHERE id = $1 RETURNING version
+        """,
+        memory_id, status, json.dumps(extracted) if extracted is not None else None, model, category, actor,
+    )
+
+
+async def set_extraction_status(conn: asyncpg.Connection | asyncpg.Pool, memory_id: UUID, status: str) -> None:
+    await conn.execute("UPDATE memories SET extraction_status = $2 WHERE id = $1", memory_id, status)
+
+
+async def bump_access(pool: asyncpg.Pool, ids: list[UUID]) -> None:
+    await pool.execute(
+        "UPDATE memories SET access_count = access_count + 1, last_accessed = now() WHERE id = ANY($1::uuid[])",
+        ids,
+    )
+
+
+async def history(pool: asyncpg.Pool, memory_id: UUID) -> list[dict]:
+    rows = await pool.fetch("SELECT * FROM memory_history WHERE memory_id = $1 ORDER BY id", memory_id)
+    return [dict(r) for r in rows]

@@ -1,0 +1,34 @@
+"""Assembling WHERE clauses from fixed fragments. Only values are parameters; no user text
+ever becomes SQL."""
+
+from __future__ import annotations
+
+from engram.models import Scope
+
+
+class Where:
+    """Collects `AND`-ed clauses and their positional parameters."""
+
+    def __init__(self, params: list | None = None) -> None:
+        self.clauses: list[str] = []
+        self.params: list = params if params is not None else []
+
+    def add(self, fragment: str, *values) -> None:
+        """`fragment` holds one `{}` per value, where that value's placeholder goes."""
+        placeholders = []
+        for value in values:
+            self.params.append(value)
+            placeholders.append(f"${len(self.params)}")
+        self.clauses.append(fragment.format(*placeholders))
+
+    def add_raw(self, fragment: str) -> None:
+        self.clauses.append(fragment)
+
+    def scope(self, scope: Scope, alias: str) -> None:
+        for name in ("user_id", "agent_id", "run_id"):
+            value = getattr(scope, name)
+            if value is not None:
+                self.add(f"{alias}.{name} = {{}}", value)
+
+    def sql(self) -> str:
+        return " AND ".join(self.clauses) if self.clauses else "TRUE"

@@ -1,0 +1,258 @@
+"""The one service layer every gateway (HTTP, CLI through HTTP, agent integrations) calls."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import logging
+import uuid
+from datetime import datetime, timezone
+from typing import Callable, Protocol
+from uuid import UUID
+
+import asyncpg
+
+from engram import auth
+from engram.errors import Conflict, NotFound, Unauthenticated, ValidationFailed
+from engram.models import (
+    Job, Memory, MemoryPage, RememberRequest, RememberResponse, Scope, SearchRequest, SearchResponse,
+)
+from engram.repositories import idempotency, jobs, keys
+from engram.repositories import memories as repo
+from engram.search import HybridSearch
+from engram.settings import Settings
+from engram.text import content_hash, normalize, term_frequencies
+from engram.timephrase import parse_time_phrase
+
+log = logging.getLogger(__name__)
+
+
+class Pipeline(Protocol):
+    """Starts and observes the durable remember pipeline (Temporal, behind this seam)."""
+
+    async def start(self, job_id: UUID) -> bool:
+        """Start the job's workflow. True if it runs (or already ran); False if the
+        orchestrator is unreachable, in which case the outbox dispatcher starts it later."""
+
+    async def wait_first_pass(self, job_id: UUID, timeout_s: float) -> str | None:
+        """The first pass's outcome ("processed" or "raw_saved"), or None if not within the timeout."""
+
+
+class MemoryService:
+    def __init__(self, settings: Settings, pool: asyncpg.Pool, search: HybridSearch, pipeline: Pipeline,
+                 clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
+        self._settings = settings
+        self._pool = pool
+        self._search = search
+        self._pipeline = pipeline
+        self._clock = clock
+        self._background: set[asyncio.Task] = set()
+
+    # -- principals ---------------------------------------------------------------------------
+
+    async def authenticate(self, key: str | None) -> auth.Principal:
+        if not key:
+            raise Unauthenticated("missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key'")
+        row = await keys.find_active(self._pool, auth.hash_key(key))
+        if row is None:
+            raise Unauthenticated("unknown or revoked API key")
+        return auth.Principal(id=f"key:{row['name']}", role=row["role"], grants=tuple(row["scopes"]))
+
+    async def create_key(self, principal: auth.Principal, *, name: str, role: str, scopes: list[str]) -> str:
+        """A new API key (shown once). Admin only."""
+        principal.require("admin")
+        if role not in auth.ROLES:
+            raise ValidationFailed(f"role must be one of {', '.join(auth.ROLES)}")
+        key = auth.new_key()
+        await keys.insert(self._pool, key_id=uuid.uuid4(), name=name, key_hash=auth.hash_key(key),
+                          role=role, scopes=auth.check_grants(scopes))
+        return key
+
+    # -- remember -----------------------------------------------------------------------------
+
+    async def remember(self, principal: auth.Principal, req: RememberRequest, *,
+                       request_id: str | None = None) -> RememberResponse:
+        """Save the memory durably, then run (or queue) the pipeline.
+
+        The raw memory, its ADD history event and its job are written in one transaction before
+        any external call: whatever fails afterwards, the memory is kept and the job's workflow
+        is started by the outbox dispatcher. Raises ValidationFailed, Forbidden, Conflict (an
+        idempotency key reused with a different request).
+        """
+        principal.require("remember", req.scope)
+        s = self._settings
+        if not req.content.strip():
+            raise ValidationFailed("content is empty")
+        if len(req.content) > s.max_content_chars:
+            raise ValidationFailed(f"content has {len(req.content)} characters; the limit is {s.max_content_chars}")
+        timeout_ms = req.pipeline_timeout_ms if req.pipeline_timeout_ms is not None else s.pipeline_timeout_ms_default
+        if timeout_ms > s.pipeline_timeout_ms_max:
+            raise ValidationFailed(f"pipeline_timeout_ms is capped at {s.pipeline_timeout_ms_max}")
+
+        replay = await self._write_memory(principal, req, request_id)
+        if isinstance(replay, RememberResponse):
+            return replay
+        memory_id, job_id, duplicate = replay
+        if duplicate:
+            answer = await self._answer_for_existing(memory_id, ["duplicate: this scope already holds this memory"])
+        else:
+            answer = await self._run_pipeline(memory_id, job_id, req.mode, timeout_ms / 1000)
+        if req.idempotency_key:
+            await idempotency.store_response(self._pool, principal.id, req.idempotency_key,
+                                             answer.model_dump(mode="json"))
+        return answer
+
+    async def _write_memory(self, principal: auth.Principal, req: RememberRequest, request_id: str | None):
+        normalized = normalize(req.content)
+        digest = content_hash(normalized)
+        tf, length = term_frequencies(req.content, self._settings.bm25_stemmer)
+        memory_id, job_id = uuid.uuid4(), uuid.uuid4()
+        request_hash = _request_hash(req)
+        async with self._pool.acquire() as conn:
+            async with conn.transaction():
+                claimed = not req.idempotency_key or await idempotency.claim(
+                    conn, principal=principal.id, key=req.idempotency_key, request_hash=request_hash,
+                    memory_id=memory_id, job_id=job_id,
+                )
+                if claimed:
+                    new = repo.NewMemory(
+                        id=memory_id, scope=req.scope, content=req.content, normalized=normalized,
+                        content_hash=digest, type=req.type, tags=req.tags, who=req.who,
+                        source_type=req.source_type, source_id=req.source_id, session_id=req.session_id,
+                        metadata=req.metadata, pinned=req.pinned, importance=req.importance,
+                        extraction_status="pending", token_count=length, actor=principal.id,
+                    )
+                    if await repo.insert_if_new(conn, new):
+                        await repo.insert_postings(conn, memory_id, req.scope, tf)
+                        await repo.insert_history(
+                            conn, memory_id=memory_id, event="ADD", version=1, actor_type="api",
+                            actor_id=principal.id, new_content=req.content, new_metadata=req.metadata,
+                            request_id=request_id, session_id=req.session_id,
+                        )
+                        await jobs.insert(conn, job_id=job_id, memory_id=memory_id, job_type="extract",
+                                          max_attempts=self._settings.extraction_max_attempts,
+                                          payload={"extract": not req.raw})
+                        return memory_id, job_id, False
+                    existing = await repo.find_live_by_hash(conn, req.scope, digest)
+                    if req.idempotency_key:
+                        await idempotency.rebind(conn, principal.id, req.idempotency_key, existing)
+                    return existing, None, True
+        # Another request holds this idempotency key: answer as it did.
+        return await self._replay(principal, req.idempotency_key, request_hash)
+
+    async def _replay(self, principal: auth.Principal, key: str, request_hash: str) -> RememberResponse:
+        row = await idempotency.find(self._pool, principal.id, key)
+        if row["request_hash"] != request_hash:
+            raise Conflict("idempotency_key was already used with a different request")
+        if row["response"] is not None:
+            return RememberResponse.model_validate(json.loads(row["response"]))
+        # The first request is still running: report where it stands.
+        return await self._answer_for_existing(row["memory_id"], ["replay: the first request is still in flight"])
+
+    async def _answer_for_existing(self, memory_id: UUID, warnings: list[str]) -> RememberResponse:
+        job = await jobs.latest_for_memory(self._pool, memory_id)
+        status = job.outcome if job is not None and job.outcome else "queued"
+        return RememberResponse(memory_id=memory_id, status=status, job_id=job.id if job else None, warnings=warnings)
+
+    async def _run_pipeline(self, memory_id: UUID, job_id: UUID, mode: str, timeout_s: float) -> RememberResponse:
+        if mode == "async":
+            self._spawn(self._pipeline.start(job_id))
+            return RememberResponse(memory_id=memory_id, status="queued", job_id=job_id)
+        if not await self._pipeline.start(job_id):
+            return RememberResponse(memory_id=memory_id, status="raw_saved", job_id=job_id,
+                                    warnings=["pipeline_unavailable: saved raw; processing resumes when it is back"])
+        wait = self._settings.pipeline_timeout_ms_max / 1000 if mode == "sync" else timeout_s
+        outcome = await self._pipeline.wait_first_pass(job_id, wait)
+        if outcome is None:
+            return RememberResponse(memory_id=memory_id, status="queued", job_id=job_id,
+                                    warnings=["pipeline_timeout: still processing; poll the job"])
+        warnings = ["provider_unavailable: saved raw; extraction will be retried"] if outcome == "raw_saved" else []
+        return RememberResponse(memory_id=memory_id, status=outcome, job_id=job_id, warnings=warnings)
+
+    # -- recall -------------------------------------------------------------------------------
+
+    async def search(self, principal: auth.Principal, req: SearchRequest) -> SearchResponse:
+        principal.require("search", req.scope)
+        if req.limit > self._settings.search_limit_max:
+            raise ValidationFailed(f"limit is capped at {self._settings.search_limit_max}")
+        filters = self._filters(req.filters, req.include_deleted)
+        hits, _ = await self._search.search(req.query, req.scope, filters, req.limit)
+        if hits:
+            self._spawn(repo.bump_access(self._pool, [h.memory.id for h in hits]))
+        return SearchResponse(results=hits)
+
+    def _filters(self, f, include_deleted: bool) -> repo.Filters:
+        start = end = None
+        if f.time is not None:
+            start, end = parse_time_phrase(f.time, self._clock())
+        if f.time_range is not None:
+            start = max(filter(None, [start, f.time_range.start]), default=None)
+            end = min(filter(None, [end, f.time_range.end]), default=None)
+        return repo.Filters(type=f.type, tags=f.tags, who=f.who, source_type=f.source_type,
+                            created_from=start, created_to=end, include_deleted=include_deleted)
+
+    async def get(self, principal: auth.Principal, memory_id: UUID) -> Memory:
+        """A memory by id. One from a scope the caller may not touch looks exactly like a missing one."""
+        principal.require("read")
+        memory = await repo.get(self._pool, memory_id)
+        if memory is None or not principal.may_touch(_scope_of(memory)):
+            raise NotFound(f"no memory {memory_id}")
+        return memory
+
+    async def list(self, principal: auth.Principal, scope: Scope, f, *, include_deleted: bool,
+                   cursor: str | None, limit: int) -> MemoryPage:
+        principal.require("read", scope)
+        if limit > self._settings.search_limit_max:
+            raise ValidationFailed(f"limit is capped at {self._settings.search_limit_max}")
+        after = _decode_cursor(cursor) if cursor else None
+        items = await repo.list_page(self._pool, scope, self._filters(f, include_deleted), after=after, limit=limit)
+        next_cursor = _encode_cursor(items[-1]) if len(items) == limit else None
+        return MemoryPage(items=items, next_cursor=next_cursor)
+
+    async def job(self, principal: auth.Principal, job_id: UUID) -> Job:
+        principal.require("read")
+        job = await jobs.get(self._pool, job_id)
+        memory = await repo.get(self._pool, job.memory_id) if job else None
+        if job is None or memory is None or not principal.may_touch(_scope_of(memory)):
+            raise NotFound(f"no job {job_id}")
+        return job
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task failed", exc_info=task.exception())
+
+    async def aclose(self) -> None:
+        """Let off-the-hot-path work (access counts, async starts) finish."""
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+
+
+def _scope_of(memory: Memory) -> Scope:
+    return Scope.model_construct(user_id=memory.user_id, agent_id=memory.agent_id, run_id=memory.run_id)
+
+
+def _request_hash(req: RememberRequest) -> str:
+    body = req.model_dump(mode="json", exclude={"idempotency_key", "mode", "pipeline_timeout_ms"})
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def _encode_cursor(memory: Memory) -> str:
+    return base64.urlsafe_b64encode(f"{memory.created_at.isoformat()}|{memory.id}".encode()).decode()
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, UUID]:
+    try:
+        created, memory_id = base64.urlsafe_b64decode(cursor.encode()).decode().split("|")
+        return datetime.fromisoformat(created), UUID(memory_id)
+    except ValueError:
+        raise ValidationFailed("bad cursor") from None

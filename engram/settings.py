@@ -1,0 +1,85 @@
+"""One settings object, read once at start-up from ENGRAM_* environment variables and passed down."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ProviderName = Literal["ollama", "openai", "none"]
+
+
+class Settings(BaseSettings):
+    """Every knob Engram reads. The README's configuration table documents each field."""
+
+    model_config = SettingsConfigDict(env_prefix="ENGRAM_", extra="ignore")
+
+    # Where the embedded stack keeps its state.
+    data_dir: Path = Path("./data")
+
+    # HTTP gateway.
+    http_host: str = "127.0.0.1"
+    http_port: int = 8080
+
+    # System of record. Empty: `engram up` starts embedded Postgres under data_dir.
+    postgres_dsn: str = ""
+    postgres_pool_min: int = 2
+    postgres_pool_max: int = 10
+
+    # Temporal. Empty address: `engram up` starts the dev server (SQLite file under data_dir).
+    temporal_address: str = ""
+    temporal_namespace: str = "default"
+    temporal_task_queue: str = "engram"
+    temporal_grpc_port: int = 7233
+    temporal_ui_port: int = 8233
+
+    # Vectors. Empty URL: the in-process Qdrant edge shard under data_dir.
+    qdrant_url: str = ""
+    qdrant_api_key: str = ""
+    qdrant_collection: str = "engram_memories"
+
+    # Embeddings: the local ONNX MiniLM (no network).
+    embedding_model: Literal["all-MiniLM-L6-v2"] = "all-MiniLM-L6-v2"
+    embedding_threads: int = 2
+
+    # LLM providers: preferred, then secondary, then none (raw save).
+    llm_provider: ProviderName = "ollama"
+    llm_secondary: ProviderName = "none"
+    ollama_url: str = "http://127.0.0.1:11434"
+    ollama_model: str = "llama3.2:3b"
+    openai_base_url: str = "http://127.0.0.1:8000/v1"
+    openai_api_key: str = ""
+    openai_model: str = "gpt-4o-mini"
+    llm_timeout_s: float = 20.0
+    local_only: bool = True
+    provider_allowlist: list[str] = Field(default_factory=list)
+
+    # Remember pipeline.
+    max_content_chars: int = 32_000
+    pipeline_timeout_ms_default: int = 2_000
+    pipeline_timeout_ms_max: int = 30_000
+    extraction_max_attempts: int = 8
+    extraction_backoff_initial_s: float = 30.0
+    extraction_backoff_max_s: float = 3_600.0
+    dispatcher_interval_s: float = 1.0
+
+    # Ranking: a*vector + b*BM25 + c*log(1+access_count).
+    rank_vector_weight: float = 0.5
+    rank_bm25_weight: float = 0.5
+    rank_access_weight: float = 0.02
+    bm25_k1: float = 1.2
+    bm25_b: float = 0.75
+    bm25_stemmer: str = "english"
+    search_candidates: int = 100
+    search_limit_max: int = 100
+
+    # Security baseline.
+    dev_api_key: str = ""
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> "Settings":
+        if self.pipeline_timeout_ms_default > self.pipeline_timeout_ms_max:
+            raise ValueError("pipeline_timeout_ms_default exceeds pipeline_timeout_ms_max")
+        return self

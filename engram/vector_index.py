@@ -1,0 +1,256 @@
+"""The serving vector index: one interface, two adapters.
+
+`EdgeIndex` runs Qdrant's engine in-process (qdrant-edge-py; one process owns the directory).
+`QdrantServerIndex` speaks to a Qdrant server (or `:memory:`) through qdrant-client.
+Postgres holds the canonical embeddings, so either index can be rebuilt from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Protocol
+from uuid import UUID
+
+from engram.models import Scope
+
+_KEYWORD_FIELDS = ("user_id", "agent_id", "run_id", "type", "tags", "who", "source_type")
+
+
+@dataclass(frozen=True)
+class IndexPoint:
+    id: UUID
+    vector: list[float]
+    user_id: str | None
+    agent_id: str | None
+    run_id: str | None
+    type: str
+    tags: list[str]
+    who: str | None
+    source_type: str | None
+    created_at: datetime
+    deleted: bool = False
+
+    def payload(self) -> dict:
+        return {
+            "user_id": self.user_id, "agent_id": self.agent_id, "run_id": self.run_id,
+            "type": self.type, "tags": list(self.tags), "who": self.who,
+            "source_type": self.source_type, "created_at": self.created_at.timestamp(),
+            # An integer, not a bool: qdrant-edge 0.9 does not match boolean values.
+            "deleted": int(self.deleted),
+        }
+
+
+@dataclass(frozen=True)
+class IndexFilter:
+    """What a search may return: always a scope; the rest optional."""
+
+    scope: Scope
+    include_deleted: bool = False
+    type: str | None = None
+    tags: list[str] | None = None
+    who: str | None = None
+    source_type: str | None = None
+    created_from: datetime | None = None
+    created_to: datetime | None = None
+
+    def conditions(self) -> list[tuple[str, object]]:
+        """(field, value) equality conditions plus ("tags", list) any-match and a time range."""
+        conds: list[tuple[str, object]] = [
+            (name, value) for name in ("user_id", "agent_id", "run_id")
+            if (value := getattr(self.scope, name)) is not None
+        ]
+        if not self.include_deleted:
+            conds.append(("deleted", 0))
+        for name in ("type", "who", "source_type"):
+            if (value := getattr(self, name)) is not None:
+                conds.append((name, value))
+        return conds
+
+
+@dataclass(frozen=True)
+class VectorHit:
+    id: UUID
+    score: float
+
+
+class VectorIndex(Protocol):
+    """Contract shared by both adapters (tests/test_vector_index.py runs it against each)."""
+
+    name: str
+
+    async def ensure(self, *, vector_name: str, dim: int) -> None:
+        """Create the collection and payload indexes if missing. Idempotent."""
+
+    async def upsert(self, points: list[IndexPoint]) -> None:
+        """Insert or replace points by id."""
+
+    async def set_deleted(self, ids: list[UUID], deleted: bool) -> None:
+        """Flip the deleted flag so searches exclude (or include) these points."""
+
+    async def delete(self, ids: list[UUID]) -> None:
+        """Remove points; missing ids are ignored."""
+
+    async def search(self, vector: list[float], flt: IndexFilter, limit: int) -> list[VectorHit]:
+        """Nearest points inside `flt`, best first, cosine similarity as the score."""
+
+    async def count(self) -> int: ...
+
+    async def close(self) -> None: ...
+
+
+class EdgeIndex:
+    """Qdrant edge shard under `path`, one directory per collection.
+
+    The engine is synchronous; calls run in a thread, writes serialised by a lock.
+    """
+
+    name = "qdrant-edge"
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._shard = None
+        self._vector_name = ""
+        self._write_lock = threading.Lock()
+
+    async def ensure(self, *, vector_name: str, dim: int) -> None:
+        await asyncio.to_thread(self._open, vector_name, dim)
+
+    def _open(self, vector_name: str, dim: int) -> None:
+        import qdrant_edge as q
+
+        self._vector_name = vector_name
+        config = q.EdgeConfig(vectors={vector_name: q.EdgeVectorParams(size=dim, distance=q.Distance.Cosine)})
+        if self._path.exists() and any(self._path.iterdir()):
+            self._shard = q.EdgeShard.load(str(self._path), config)
+            return
+        self._path.mkdir(parents=True, exist_ok=True)
+        self._shard = q.EdgeShard.create(str(self._path), config)
+        for name in _KEYWORD_FIELDS:
+            params = q.KeywordIndexParams(is_tenant=name in ("user_id", "agent_id"))
+            self._shard.update(q.UpdateOperation.create_field_index(name, params))
+        self._shard.update(q.UpdateOperation.create_field_index("deleted", q.PayloadSchemaType.Integer))
+        self._shard.update(q.UpdateOperation.create_field_index("created_at", q.PayloadSchemaType.Float))
+
+    def _write(self, operation) -> None:
+        with self._write_lock:
+            self._shard.update(operation)
+
+    async def upsert(self, points: list[IndexPoint]) -> None:
+        import qdrant_edge as q
+
+        op = q.UpdateOperation.upsert_points(
+            [q.Point(str(p.id), {self._vector_name: list(p.vector)}, p.payload()) for p in points]
+        )
+        await asyncio.to_thread(self._write, op)
+
+    async def set_deleted(self, ids: list[UUID], deleted: bool) -> None:
+        import qdrant_edge as q
+
+        op = q.UpdateOperation.set_payload([str(i) for i in ids], {"deleted": int(deleted)})
+        await asyncio.to_thread(self._write, op)
+
+    async def delete(self, ids: list[UUID]) -> None:
+        import qdrant_edge as q
+
+        await asyncio.to_thread(self._write, q.UpdateOperation.delete_points([str(i) for i in ids]))
+
+    async def search(self, vector: list[float], flt: IndexFilter, limit: int) -> list[VectorHit]:
+        import qdrant_edge as q
+
+        must = [q.FieldCondition(k, match=q.MatchValue(v)) for k, v in flt.conditions()]
+        if flt.tags:
+            must.append(q.FieldCondition("tags", match=q.MatchAny(list(flt.tags))))
+        if flt.created_from or flt.created_to:
+            must.append(q.FieldCondition("created_at", range=q.RangeFloat(
+                gte=flt.created_from.timestamp() if flt.created_from else None,
+                lte=flt.created_to.timestamp() if flt.created_to else None,
+            )))
+        request = q.QueryRequest(
+            limit=limit, query=q.Query.Nearest(list(vector), using=self._vector_name),
+            filter=q.Filter(must=must), with_payload=False,
+        )
+        points = await asyncio.to_thread(self._shard.query, request)
+        return [VectorHit(UUID(str(p.id)), float(p.score)) for p in points]
+
+    async def count(self) -> int:
+        import qdrant_edge as q
+
+        return await asyncio.to_thread(self._shard.count, q.CountRequest(exact=True))
+
+    async def close(self) -> None:
+        if self._shard is not None:
+            shard, self._shard = self._shard, None
+            await asyncio.to_thread(self._close, shard)
+
+    def _close(self, shard) -> None:
+        with self._write_lock:
+            shard.flush()
+            shard.close()
+
+
+class QdrantServerIndex:
+    """A Qdrant server (or qdrant-client's `:memory:` engine, for contract tests only)."""
+
+    name = "qdrant-server"
+
+    def __init__(self, client, collection: str) -> None:
+        self._client = client
+        self._collection = collection
+        self._vector_name = ""
+
+    async def ensure(self, *, vector_name: str, dim: int) -> None:
+        from qdrant_client import models as m
+
+        self._vector_name = vector_name
+        if await self._client.collection_exists(self._collection):
+            return
+        await self._client.create_collection(
+            self._collection, vectors_config={vector_name: m.VectorParams(size=dim, distance=m.Distance.COSINE)},
+        )
+        for name in _KEYWORD_FIELDS:
+            await self._client.create_payload_index(self._collection, name, m.PayloadSchemaType.KEYWORD)
+        await self._client.create_payload_index(self._collection, "deleted", m.PayloadSchemaType.INTEGER)
+        await self._client.create_payload_index(self._collection, "created_at", m.PayloadSchemaType.FLOAT)
+
+    async def upsert(self, points: list[IndexPoint]) -> None:
+        from qdrant_client import models as m
+
+        await self._client.upsert(self._collection, points=[
+            m.PointStruct(id=str(p.id), vector={self._vector_name: list(p.vector)}, payload=p.payload())
+            for p in points
+        ], wait=True)
+
+    async def set_deleted(self, ids: list[UUID], deleted: bool) -> None:
+        await self._client.set_payload(self._collection, {"deleted": int(deleted)}, points=[str(i) for i in ids], wait=True)
+
+    async def delete(self, ids: list[UUID]) -> None:
+        from qdrant_client import models as m
+
+        await self._client.delete(self._collection, m.PointIdsList(points=[str(i) for i in ids]), wait=True)
+
+    async def search(self, vector: list[float], flt: IndexFilter, limit: int) -> list[VectorHit]:
+        from qdrant_client import models as m
+
+        must: list = [m.FieldCondition(key=k, match=m.MatchValue(value=v)) for k, v in flt.conditions()]
+        if flt.tags:
+            must.append(m.FieldCondition(key="tags", match=m.MatchAny(any=list(flt.tags))))
+        if flt.created_from or flt.created_to:
+            must.append(m.FieldCondition(key="created_at", range=m.Range(
+                gte=flt.created_from.timestamp() if flt.created_from else None,
+                lte=flt.created_to.timestamp() if flt.created_to else None,
+            )))
+        result = await self._client.query_points(
+            self._collection, query=list(vector), using=self._vector_name,
+            query_filter=m.Filter(must=must), limit=limit, with_payload=False,
+        )
+        return [VectorHit(UUID(str(p.id)), float(p.score)) for p in result.points]
+
+    async def count(self) -> int:
+        return (await self._client.count(self._collection, exact=True)).count
+
+    async def close(self) -> None:
+        await self._client.close()

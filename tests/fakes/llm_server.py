@@ -1,0 +1,294 @@
+"""A scripted stand-in for an LLM server, speaking both Ollama's and OpenAI's HTTP APIs.
+
+It runs uvicorn on 127.0.0.1 in a background thread, so the real `ollama` and `openai`
+client libraries reach it over real loopback HTTP. Chat requests are answered from a FIFO
+script of `FakeReply`s, then from `default`; every request is recorded.
+
+    with FakeLLMServer() as server:
+        server.script(FakeReply.json({...}), FakeReply.status(500))
+        OllamaProvider(url=server.url, ...)
+        OpenAIProvider(base_url=server.openai_base_url, ...)
+        server.requests[-1].body["messages"]
+
+Simulate a provider that is down by pointing a client at a closed port, not at this server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+CREATED_AT = "2025-01-01T00:00:00Z"
+CREATED = 1735689600
+EMPTY_EXTRACTION: dict[str, Any] = {"facts": [], "entities": [], "category": None, "tags": []}
+
+
+@dataclass(frozen=True)
+class FakeReply:
+    """One scripted answer to a chat request. Build it with the class methods."""
+
+    content: str | None = None  # the model's message content
+    http_status: int = 200
+    delay_s: float = 0.0
+    refusal: str | None = None  # OpenAI's message.refusal
+    raw_body: str | None = None  # replaces the whole HTTP body
+    finish_reason: str = "stop"
+
+    @classmethod
+    def json(cls, answer: Any, **kwargs: Any) -> FakeReply:
+        """The model answers with `answer` serialised as JSON."""
+        return cls(content=json.dumps(answer), **kwargs)
+
+    @classmethod
+    def malformed(cls, text: str = "not json {") -> FakeReply:
+        """The model answers with text that is not the JSON it was asked for."""
+        return cls(content=text)
+
+    @classmethod
+    def hallucinated(cls) -> FakeReply:
+        """Valid JSON with fields and ids the contract never asked for."""
+        return cls.json(
+            {
+                "id": "mem_42",
+                "facts": [
+                    {
+                        "id": 7,
+                        "content": "User likes green tea",
+                        "type": "preference",
+                        "confidence": 0.8,
+                        "source_memory_id": "mem_1",
+                    }
+                ],
+                "entities": [],
+                "category": "food",
+                "tags": ["tea"],
+                "delete_memory_ids": ["mem_1", "mem_2"],
+            }
+        )
+
+    @classmethod
+    def delay(cls, seconds: float, then: FakeReply | None = None) -> FakeReply:
+        """Wait `seconds` before answering (with `then`, or an empty extraction)."""
+        reply = then or cls.json(EMPTY_EXTRACTION)
+        return replace(reply, delay_s=seconds)
+
+    @classmethod
+    def status(cls, code: int, message: str = "scripted failure") -> FakeReply:
+        """An HTTP error status with the API's error body."""
+        return cls(content=message, http_status=code)
+
+    @classmethod
+    def refused(cls, text: str = "I can't help with that.") -> FakeReply:
+        """An OpenAI refusal (no content). Ollama has no refusal field and gets empty content."""
+        return cls(content=None, refusal=text)
+
+    @classmethod
+    def broken_body(cls, text: str = "<html>502 Bad Gateway</html>") -> FakeReply:
+        """A 200 whose body is not JSON at all, as from a misbehaving proxy."""
+        return cls(raw_body=text)
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    method: str
+    path: str
+    body: Any  # parsed JSON, or None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class FakeLLMServer:
+    """Scripted Ollama + OpenAI server on an OS-chosen loopback port. Thread-safe."""
+
+    def __init__(self, models: tuple[str, ...] = ("llama3.2:3b", "gpt-4o-mini")) -> None:
+        self.models = list(models)
+        self.default = FakeReply.json(EMPTY_EXTRACTION)
+        self.delay_all = 0.0
+        self._lock = threading.Lock()
+        self._script: deque[FakeReply] = deque()
+        self._requests: list[RecordedRequest] = []
+        self._stopping = threading.Event()
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self.url = ""
+
+    @property
+    def openai_base_url(self) -> str:
+        return self.url + "/v1"
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return list(self._requests)
+
+    def chat_requests(self) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.path in ("/api/chat", "/v1/chat/completions")]
+
+    def script(self, *replies: FakeReply) -> None:
+        """Queue answers for the next chat requests, in order."""
+        with self._lock:
+            self._script.extend(replies)
+
+    def reset(self) -> None:
+        """Forget the script, the recorded requests, the default and delay_all."""
+        with self._lock:
+            self._script.clear()
+            self._requests.clear()
+            self.default = FakeReply.json(EMPTY_EXTRACTION)
+            self.delay_all = 0.0
+
+    def _next_reply(self) -> FakeReply:
+        with self._lock:
+            return self._script.popleft() if self._script else self.default
+
+    async def _record(self, request: Request) -> Any:
+        raw = await request.body()
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        with self._lock:
+            self._requests.append(RecordedRequest(request.method, request.url.path, body, dict(request.headers)))
+        return body
+
+    async def _sleep(self, seconds: float) -> None:
+        # Wakes early on stop(), so a scripted delay never holds up shutdown.
+        deadline = time.monotonic() + seconds
+        while not self._stopping.is_set() and (left := deadline - time.monotonic()) > 0:
+            await asyncio.sleep(min(0.02, left))
+
+    # -- Ollama ---------------------------------------------------------------------------------
+
+    async def _ollama_chat(self, request: Request) -> Response:
+        body = await self._record(request) or {}
+        reply = self._next_reply()
+        await self._sleep(self.delay_all + reply.delay_s)
+        if reply.raw_body is not None:
+            return PlainTextResponse(reply.raw_body)
+        if reply.http_status >= 400:
+            return JSONResponse({"error": reply.content}, status_code=reply.http_status)
+        return JSONResponse(
+            {
+                "model": body.get("model", ""),
+                "created_at": CREATED_AT,
+                "message": {"role": "assistant", "content": reply.content or ""},
+                "done": True,
+                "done_reason": "length" if reply.finish_reason == "length" else "stop",
+                "total_duration": 1_000_000,
+                "prompt_eval_count": 10,
+                "eval_count": 10,
+            }
+        )
+
+    async def _ollama_tags(self, request: Request) -> Response:
+        await self._record(request)
+        await self._sleep(self.delay_all)
+        models = [
+            {
+                "name": name,
+                "model": name,
+                "modified_at": CREATED_AT,
+                "size": 2_000_000_000,
+                "digest": "0" * 64,
+                "details": {"format": "gguf", "family": "llama", "parameter_size": "3B"},
+            }
+            for name in self.models
+        ]
+        return JSONResponse({"models": models})
+
+    async def _ollama_version(self, request: Request) -> Response:
+        await self._record(request)
+        return JSONResponse({"version": "0.6.0"})
+
+    # -- OpenAI ---------------------------------------------------------------------------------
+
+    async def _openai_chat(self, request: Request) -> Response:
+        body = await self._record(request) or {}
+        reply = self._next_reply()
+        await self._sleep(self.delay_all + reply.delay_s)
+        if reply.raw_body is not None:
+            return PlainTextResponse(reply.raw_body)
+        if reply.http_status >= 400:
+            error = {"message": reply.content, "type": "server_error", "param": None, "code": None}
+            return JSONResponse({"error": error}, status_code=reply.http_status)
+        with self._lock:
+            number = len(self._requests)
+        return JSONResponse(
+            {
+                "id": f"chatcmpl-fake-{number}",
+                "object": "chat.completion",
+                "created": CREATED,
+                "model": body.get("model", ""),
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": reply.content, "refusal": reply.refusal},
+                        "logprobs": None,
+                        "finish_reason": reply.finish_reason,
+                    }
+                ],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
+            }
+        )
+
+    async def _openai_models(self, request: Request) -> Response:
+        await self._record(request)
+        await self._sleep(self.delay_all)
+        data = [{"id": name, "object": "model", "created": CREATED, "owned_by": "fake"} for name in self.models]
+        return JSONResponse({"object": "list", "data": data})
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> FakeLLMServer:
+        """Bind a free loopback port, serve in a background thread, return once accepting."""
+        app = Starlette(
+            routes=[
+                Route("/api/chat", self._ollama_chat, methods=["POST"]),
+                Route("/api/tags", self._ollama_tags, methods=["GET"]),
+                Route("/api/version", self._ollama_version, methods=["GET"]),
+                Route("/v1/chat/completions", self._openai_chat, methods=["POST"]),
+                Route("/v1/models", self._openai_models, methods=["GET"]),
+            ]
+        )
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1)
+        self._server = uvicorn.Server(config)
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 5
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("fake LLM server did not start")
+            time.sleep(0.005)
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    def stop(self) -> None:
+        if self._server is None or self._thread is None:
+            return
+        self._stopping.set()
+        self._server.should_exit = True
+        self._thread.join(timeout=5)
+        self._server = None
+        self._thread = None
+
+    def __enter__(self) -> FakeLLMServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

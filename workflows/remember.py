@@ -1,0 +1,127 @@
+"""RememberWorkflow: embed and index a saved memory, then extract through the provider chain,
+retrying on a durable backoff that the job row mirrors.
+
+The memory is embedded before extraction so that it is searchable even while every LLM is
+down; extraction enriches it later and never blocks recall.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.remember import RememberActivities
+    from workflows.models import (
+        CompleteInput, GiveUpInput, LeaseInput, MemoryRef, OutcomeInput, RememberInput, RememberResult,
+        RetryInput,
+    )
+
+# Database and index steps: retried by Temporal until they succeed (a Postgres restart is
+# ridden through); each is idempotent.
+_STORE = dict(
+    start_to_close_timeout=timedelta(seconds=30),
+    retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=30),
+                             backoff_coefficient=2.0),
+)
+
+
+@workflow.defn
+class RememberWorkflow:
+    def __init__(self) -> None:
+        self._first_pass: str | None = None
+        self._attempt = 0
+
+    @workflow.run
+    async def run(self, inp: RememberInput) -> RememberResult:
+        lease = await workflow.execute_activity_method(
+            RememberActivities.lease_attempt, LeaseInput(job_id=inp.job_id, lease_s=inp.extract_timeout_s + 60), **_STORE,
+        )
+        if lease.finished:
+            self._first_pass = lease.outcome or "processed"
+            return self._result(inp, "already_finished")
+        memory = MemoryRef(memory_id=lease.memory_id)
+        self._attempt = lease.attempt
+        await workflow.execute_activity_method(RememberActivities.embed_and_index, memory, **_STORE)
+
+        delay = inp.backoff_initial_s
+        while True:
+            try:
+                extracted = await workflow.execute_activity_method(
+                    RememberActivities.extract, memory,
+                    start_to_close_timeout=timedelta(seconds=inp.extract_timeout_s),
+                    # One try per attempt: this loop owns the backoff so the job row can show it.
+                    retry_policy=RetryPolicy(maximum_attempts=1),
+                )
+                break
+            except ActivityError as err:
+                error, code = _describe(err)
+                await self._note_first_pass(inp, lease.memory_id, "raw_saved")
+                if self._attempt >= inp.max_attempts:
+                    await workflow.execute_activity_method(
+                        RememberActivities.give_up,
+                        GiveUpInput(job_id=inp.job_id, memory_id=lease.memory_id, error=error, code=code), **_STORE,
+                    )
+                    return await self._finish(inp, "dead")
+                await workflow.execute_activity_method(
+                    RememberActivities.schedule_retry,
+                    RetryInput(job_id=inp.job_id, next_attempt_at=workflow.now() + timedelta(seconds=delay),
+                               error=error, code=code),
+                    **_STORE,
+                )
+                await workflow.sleep(timedelta(seconds=delay))
+                delay = min(delay * 2, inp.backoff_max_s)
+                lease = await workflow.execute_activity_method(
+                    RememberActivities.lease_attempt,
+                    LeaseInput(job_id=inp.job_id, lease_s=inp.extract_timeout_s + 60), **_STORE,
+                )
+                if lease.finished:
+                    return await self._finish(inp, "already_finished")
+                self._attempt = lease.attempt
+
+        await workflow.execute_activity_method(
+            RememberActivities.complete,
+            CompleteInput(job_id=inp.job_id, memory_id=lease.memory_id, workflow_id=workflow.info().workflow_id,
+                          result=extracted),
+            **_STORE,
+        )
+        if self._first_pass is None:
+            self._first_pass = "processed"
+        return await self._finish(inp, "done")
+
+    @workflow.update
+    async def first_pass(self) -> str:
+        """Waits until the first attempt has concluded: "processed" or "raw_saved"."""
+        await workflow.wait_condition(lambda: self._first_pass is not None)
+        return self._first_pass
+
+    @workflow.query
+    def attempt(self) -> int:
+        return self._attempt
+
+    async def _note_first_pass(self, inp: RememberInput, memory_id, outcome: str) -> None:
+        if self._first_pass is not None:
+            return
+        await workflow.execute_activity_method(
+            RememberActivities.record_first_pass,
+            OutcomeInput(job_id=inp.job_id, memory_id=memory_id, outcome=outcome), **_STORE,
+        )
+        self._first_pass = outcome
+
+    async def _finish(self, inp: RememberInput, status: str) -> RememberResult:
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return self._result(inp, status)
+
+    def _result(self, inp: RememberInput, status: str) -> RememberResult:
+        return RememberResult(job_id=inp.job_id, status=status, first_pass=self._first_pass or "processed",
+                              attempts=self._attempt)
+
+
+def _describe(err: ActivityError) -> tuple[str, str]:
+    """(message, code) of the failure behind an activity error, for the job row."""
+    cause = err.cause
+    code = getattr(cause, "type", None) or type(cause).__name__
+    return str(cause or err), str(code)
