@@ -25,6 +25,7 @@ class Settings(BaseSettings):
 
     # System of record. Empty: `engram up` starts embedded Postgres under data_dir.
     postgres_dsn: str = ""
+    embedded_postgres_port: int = 55432
     postgres_pool_min: int = 2
     postgres_pool_max: int = 10
 

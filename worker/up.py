@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import uuid
 
 import uvicorn
@@ -22,7 +23,6 @@ from worker.embedded import EmbeddedPostgres, EmbeddedTemporal, supervise
 from worker.runtime import Runtime
 
 log = logging.getLogger("engram.up")
-EMBEDDED_PG_PORT = 55432
 
 
 async def ensure_dev_key(runtime: Runtime) -> str:
@@ -36,11 +36,25 @@ async def ensure_dev_key(runtime: Runtime) -> str:
     return key
 
 
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal capture: `up` installs handlers that stop the API first
+    and then the child servers, instead of uvicorn re-raising the signal at the end."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        yield
+
+    def request_stop(self) -> None:
+        if self.should_exit:
+            self.force_exit = True  # a second Ctrl-C: stop waiting for open requests
+        self.should_exit = True
+
+
 async def up(settings: Settings) -> None:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     children: dict[str, object] = {}
     if not settings.postgres_dsn:
-        pg = EmbeddedPostgres(settings.data_dir / "postgres", EMBEDDED_PG_PORT)
+        pg = EmbeddedPostgres(settings.data_dir / "postgres", settings.embedded_postgres_port)
         pg.start()
         children["postgres"] = pg
         settings = settings.model_copy(update={"postgres_dsn": pg.dsn()})
@@ -64,12 +78,18 @@ async def up(settings: Settings) -> None:
 
         config = uvicorn.Config(create_app(runtime_factory), host=settings.http_host, port=settings.http_port,
                                 log_config=None, access_log=False)
-        await uvicorn.Server(config).serve()
+        server = _Server(config)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, server.request_stop)
+        await server.serve()
+        if server.started is False:
+            raise SystemExit("engram up: the service did not start (see the log above)")
     finally:
         supervisor.cancel()
         for name in reversed(list(children)):
             log.info("stopping %s", name)
-            await asyncio.to_thread(children[name].stop)
+            children[name].stop()
 
 
 def _announce(settings: Settings, key: str) -> None:
@@ -89,5 +109,4 @@ def _announce(settings: Settings, key: str) -> None:
 
 def main() -> None:
     logs.configure()
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(up(Settings()))
+    asyncio.run(up(Settings()))

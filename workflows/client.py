@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import timedelta
 from uuid import UUID
 
 import asyncpg
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
@@ -23,7 +22,10 @@ from workflows.models import RememberInput
 from workflows.remember import RememberWorkflow
 
 log = logging.getLogger(__name__)
-_RPC_TIMEOUT = timedelta(seconds=2)
+# How long a start may take before the caller gives up (the outbox retries it).
+_REQUEST_WAIT_S = 1.0
+_DISPATCH_WAIT_S = 5.0
+_BREAKER_S = 5.0
 
 
 class TemporalPipeline:
@@ -31,6 +33,7 @@ class TemporalPipeline:
         self._client = client
         self._pool = pool
         self._settings = settings
+        self._down_until = 0.0
 
     def _input(self, job_id: UUID) -> RememberInput:
         s = self._settings
@@ -39,20 +42,31 @@ class TemporalPipeline:
             backoff_max_s=s.extraction_backoff_max_s, extract_timeout_s=s.llm_timeout_s + 5,
         )
 
-    async def start(self, job_id: UUID) -> bool:
+    async def start(self, job_id: UUID, *, from_dispatcher: bool = False) -> bool:
+        """Start the job's workflow; False if Temporal did not answer in time.
+
+        On the request path a failure opens a short circuit breaker: while Temporal is down,
+        remember answers `raw_saved` at once instead of waiting on every request; the
+        dispatcher keeps trying and closes the breaker when a start succeeds.
+        """
+        loop = asyncio.get_running_loop()
+        if not from_dispatcher and loop.time() < self._down_until:
+            return False
         try:
-            await self._client.start_workflow(
+            await asyncio.wait_for(self._client.start_workflow(
                 RememberWorkflow.run, self._input(job_id), id=jobs.workflow_id_for(job_id),
                 task_queue=self._settings.temporal_task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                rpc_timeout=_RPC_TIMEOUT,
-            )
+            ), _DISPATCH_WAIT_S if from_dispatcher else _REQUEST_WAIT_S)
         except WorkflowAlreadyStartedError:
             pass
         except (RPCError, RuntimeError, asyncio.TimeoutError) as err:
-            log.warning("could not start workflow; the dispatcher will", extra={"job_id": str(job_id), "error": str(err)})
+            self._down_until = loop.time() + _BREAKER_S
+            log.warning("could not start workflow; the dispatcher will",
+                        extra={"job_id": str(job_id), "error": repr(err)})
             return False
+        self._down_until = 0.0
         await jobs.mark_started(self._pool, job_id)
         return True
 
@@ -60,7 +74,7 @@ class TemporalPipeline:
         handle = self._client.get_workflow_handle(jobs.workflow_id_for(job_id))
         try:
             return await asyncio.wait_for(handle.execute_update(RememberWorkflow.first_pass), timeout_s)
-        except asyncio.TimeoutError:
+        except (asyncio.TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
             return None
         except (RPCError, WorkflowUpdateFailedError):
             # The run already ended (an update cannot reach it): the job row has the answer.
@@ -77,7 +91,7 @@ async def dispatch_forever(pipeline: TemporalPipeline, pool: asyncpg.Pool, inter
     while True:
         try:
             for job_id in await jobs.unstarted(pool, limit=100):
-                if not await pipeline.start(job_id):
+                if not await pipeline.start(job_id, from_dispatcher=True):
                     break
         except (OSError, asyncpg.PostgresError) as err:
             log.warning("dispatcher pass failed", extra={"error": str(err)})

@@ -193,7 +193,8 @@ async def bm25_scores(
         ), scored AS (
             SELECT t.memory_id,
                    sum(ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))
-                       * t.tf * ($2 + 1) / (t.tf + $2 * (1 - $3 + $3 * m.token_count / greatest(stats.avgdl, 1))))
+                       * t.tf * ($2::float8 + 1)
+                       / (t.tf + $2::float8 * (1 - $3::float8 + $3::float8 * m.token_count / greatest(stats.avgdl, 1))))
                        AS score
             FROM memory_terms t
             JOIN df ON df.term = t.term

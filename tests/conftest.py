@@ -1,0 +1,200 @@
+"""Shared fixtures: one real Postgres and one real Temporal dev server per test session,
+a fresh database (cloned from a migrated template) and a fresh task queue per app, and a
+scripted fake LLM server. Nothing but the LLM is faked."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import uuid
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+
+from api.http import create_app
+from engram import auth, db
+from engram.embedder import Embedder, minilm_files
+from engram.repositories import keys
+from engram.settings import Settings
+from tests.fakes.llm_server import FakeLLMServer
+from worker.embedded import EmbeddedPostgres, EmbeddedTemporal, free_port
+from worker.runtime import Runtime
+
+TEMPLATE_DB = "engram_template"
+
+
+@pytest.fixture(scope="session")
+def tmp_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("engram")
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_root):
+    server = EmbeddedPostgres(tmp_root / "pg", free_port())
+    server.start()
+    asyncio.run(_make_template(server))
+    yield server
+    server.stop()
+
+
+async def _make_template(server: EmbeddedPostgres) -> None:
+    conn = await asyncpg.connect(server.dsn("postgres"))
+    try:
+        await conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE_DB}")
+        await conn.execute(f"CREATE DATABASE {TEMPLATE_DB}")
+    finally:
+        await conn.close()
+    await db.migrate(server.dsn(TEMPLATE_DB))
+
+
+@pytest.fixture(scope="session")
+def temporal(tmp_root):
+    server = EmbeddedTemporal(tmp_root / "temporal", free_port(), free_port(), headless=True)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Embedder:
+    return Embedder.open(minilm_files(), threads=2)
+
+
+@pytest.fixture(scope="session")
+def fake_llm():
+    with FakeLLMServer() as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def _reset_fake_llm(request):
+    if "fake_llm" in request.fixturenames:
+        request.getfixturevalue("fake_llm").reset()
+
+
+async def new_database(postgres: EmbeddedPostgres) -> str:
+    """A fresh database cloned from the migrated template; returns its DSN."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    conn = await asyncpg.connect(postgres.dsn("postgres"))
+    try:
+        await conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE_DB}")
+    finally:
+        await conn.close()
+    return postgres.dsn(name)
+
+
+class App:
+    """A running Engram (API + worker + dispatcher) on a fresh database and task queue,
+    reached through its real HTTP gateway in-process."""
+
+    def __init__(self, runtime: Runtime, http: httpx.AsyncClient, admin_key: str) -> None:
+        self.runtime = runtime
+        self.http = http
+        self.admin_key = admin_key
+        self.settings = runtime.settings
+        self.pool = runtime.pool
+
+    async def key(self, role: str = "writer", scopes: list[str] | None = None) -> str:
+        key = auth.new_key()
+        await keys.insert(self.pool, key_id=uuid.uuid4(), name=f"{role}-{key[-6:]}", key_hash=auth.hash_key(key),
+                          role=role, scopes=scopes or ["*"])
+        return key
+
+    async def post(self, path: str, body, key: str | None = None) -> httpx.Response:
+        return await self.http.post(path, json=body, headers=self._auth(key))
+
+    async def get(self, path: str, key: str | None = None, **params) -> httpx.Response:
+        return await self.http.get(path, params=params, headers=self._auth(key))
+
+    def _auth(self, key: str | None) -> dict:
+        return {"Authorization": f"Bearer {key or self.admin_key}"}
+
+    async def remember(self, content: str, scope: dict | None = None, **fields) -> dict:
+        response = await self.post("/api/memory/remember", {"content": content, "scope": scope or {"user_id": "u1"},
+                                                             **fields})
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    async def search(self, query: str, scope: dict | None = None, **fields) -> list[dict]:
+        response = await self.post("/api/memory/search", {"query": query, "scope": scope or {"user_id": "u1"},
+                                                          **fields})
+        assert response.status_code == 200, response.text
+        return response.json()["results"]
+
+    async def job(self, job_id: str) -> dict:
+        response = await self.get(f"/api/memory/jobs/{job_id}")
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    async def wait_job(self, job_id: str, status: str | tuple = ("done",), timeout_s: float = 30) -> dict:
+        wanted = (status,) if isinstance(status, str) else status
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            job = await self.job(job_id)
+            if job["status"] in wanted:
+                return job
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"job {job_id} still {job['status']} after {timeout_s} s: {job}")
+            await asyncio.sleep(0.1)
+
+    async def count(self, sql: str, *args) -> int:
+        return await self.pool.fetchval(sql, *args)
+
+
+def app_settings(tmp_path: Path, dsn: str, **overrides) -> Settings:
+    base = dict(
+        data_dir=tmp_path, postgres_dsn=dsn,
+        temporal_task_queue=f"tq-{uuid.uuid4().hex[:8]}", llm_provider="none", llm_secondary="none",
+        extraction_backoff_initial_s=0.3, extraction_backoff_max_s=1.0, extraction_max_attempts=5,
+        llm_timeout_s=5.0, dispatcher_interval_s=0.2, postgres_pool_min=1, postgres_pool_max=30,
+    )
+    base.update(overrides)
+    return Settings(**base)
+
+
+@contextlib.asynccontextmanager
+async def running_app(settings: Settings, embedder: Embedder):
+    runtime = await Runtime.open(settings, embedder=embedder)
+    admin_key = auth.new_key()
+    await keys.insert(runtime.pool, key_id=uuid.uuid4(), name="admin", key_hash=auth.hash_key(admin_key),
+                      role="admin", scopes=["*"])
+    app = create_app(None)
+    app.state.runtime = runtime
+    transport = httpx.ASGITransport(app=app)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://engram.test", timeout=60) as http:
+            yield App(runtime, http, admin_key)
+    finally:
+        await runtime.close()
+
+
+@pytest.fixture
+def make_app(postgres, temporal, embedder, tmp_path):
+    """`async with make_app(**setting_overrides) as app:` a fresh Engram."""
+
+    @contextlib.asynccontextmanager
+    async def factory(**overrides):
+        dsn = await new_database(postgres)
+        overrides.setdefault("temporal_address", temporal.address)
+        settings = app_settings(tmp_path / uuid.uuid4().hex[:6], dsn, **overrides)
+        async with running_app(settings, embedder) as app:
+            yield app
+
+    return factory
+
+
+@pytest.fixture
+async def app(make_app):
+    async with make_app() as running:
+        yield running
+
+
+def ollama_settings(fake_llm: FakeLLMServer) -> dict:
+    return {"llm_provider": "ollama", "ollama_url": fake_llm.url}
+
+
+def closed_port_url() -> str:
+    return f"http://127.0.0.1:{free_port()}"

@@ -1,0 +1,174 @@
+"""Recall through the HTTP gateway: hybrid ranking, filters, scope isolation, reads and listing."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+CORPUS = [
+    "Alice adopted a golden retriever puppy named Max",
+    "Alice's favourite food is spicy ramen",
+    "Alice is training for the Berlin marathon in September",
+    "The quarterly budget review moved to Thursday",
+    "Alice's sister lives in Toronto and works as a nurse",
+    "Alice dislikes horror movies but loves documentaries",
+]
+
+
+async def _load(app, scope=None, **fields) -> list[str]:
+    ids = []
+    for text in CORPUS:
+        ids.append((await app.remember(text, scope=scope or {"user_id": "alice"}, mode="sync", **fields))["memory_id"])
+    return ids
+
+
+async def test_hybrid_search_ranks_the_right_memory_first_with_score_components(app):
+    ids = await _load(app)
+    hits = await app.search("what pet does she have?", scope={"user_id": "alice"})
+    assert hits[0]["memory"]["id"] == ids[0]  # meaning alone: no shared word with "dog"/"puppy"
+    hits = await app.search("marathon", scope={"user_id": "alice"})
+    assert hits[0]["memory"]["id"] == ids[2]
+    top = hits[0]
+    assert top["components"]["bm25"] > 0 and top["components"]["bm25_norm"] == 1.0
+    assert 0 < top["components"]["vector"] <= 1
+    s = app.settings
+    expected = (s.rank_vector_weight * top["components"]["vector_norm"] + s.rank_bm25_weight * top["components"]["bm25_norm"]
+                + s.rank_access_weight * top["components"]["access"])
+    assert top["score"] == pytest.approx(expected)
+    scores = [h["score"] for h in hits]
+    assert scores == sorted(scores, reverse=True)
+
+
+async def test_bm25_is_okapi_with_idf_over_the_scope(app):
+    # "ramen" occurs in one memory of alice's scope, so its IDF is ln(1 + (N - 1 + .5) / 1.5).
+    await _load(app)
+    await _load(app, scope={"user_id": "other"})
+    await app.remember("ramen ramen ramen noodles everywhere", scope={"user_id": "other"}, mode="sync")
+    hit = (await app.search("ramen", scope={"user_id": "alice"}))[0]
+    n, df, tf = len(CORPUS), 1, 1
+    lengths = await app.pool.fetch("SELECT token_count FROM memories WHERE user_id = 'alice'")
+    avgdl = sum(r["token_count"] for r in lengths) / len(lengths)
+    doclen = await app.count("SELECT token_count FROM memories WHERE id = $1", uuid.UUID(hit["memory"]["id"]))
+    k1, b = app.settings.bm25_k1, app.settings.bm25_b
+    expected = math.log(1 + (n - df + 0.5) / (df + 0.5)) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * doclen / avgdl))
+    assert hit["components"]["bm25"] == pytest.approx(expected, rel=1e-6)
+
+
+async def test_search_never_returns_another_scopes_memories(app):
+    await _load(app, scope={"user_id": "alice"})
+    await app.remember("Bob's secret: the safe code is 4417", scope={"user_id": "bob"}, mode="sync")
+    for query in ("safe code", "secret", "Bob"):
+        hits = await app.search(query, scope={"user_id": "alice"}, limit=50)
+        assert all(h["memory"]["user_id"] == "alice" for h in hits)
+        assert not any("4417" in h["memory"]["content"] for h in hits)
+    # A narrower scope sees only its own part.
+    await app.remember("Alice told agent-x about the safe", scope={"user_id": "alice", "agent_id": "x"}, mode="sync")
+    hits = await app.search("safe", scope={"user_id": "alice", "agent_id": "x"})
+    assert [h["memory"]["agent_id"] for h in hits] == ["x"]
+
+
+async def test_get_and_list_of_a_foreign_scope_look_like_missing(app):
+    theirs = await app.remember("Bob's private note", scope={"user_id": "bob"}, mode="async")
+    alice = await app.key("reader", ["user:alice"])
+    hidden = await app.get(f"/api/memory/{theirs['memory_id']}", key=alice)
+    missing = await app.get(f"/api/memory/{uuid.uuid4()}", key=alice)
+    assert hidden.status_code == missing.status_code == 404
+    assert hidden.json()["error"]["type"] == missing.json()["error"]["type"] == "not_found"
+    assert (await app.get(f"/api/memory/jobs/{theirs['job_id']}", key=alice)).status_code == 404
+    assert (await app.get("/api/memory", key=alice, user_id="bob")).status_code == 403
+    response = await app.post("/api/memory/search", {"query": "note", "scope": {"user_id": "bob"}}, key=alice)
+    assert response.status_code == 403
+
+
+async def test_deleted_memories_are_excluded_unless_asked_for(app):
+    ids = await _load(app)
+    await app.pool.execute("UPDATE memories SET is_deleted = true, deleted_at = now() WHERE id = $1", uuid.UUID(ids[1]))
+    hits = await app.search("ramen", scope={"user_id": "alice"}, limit=50)
+    assert ids[1] not in [h["memory"]["id"] for h in hits]
+    hits = await app.search("ramen", scope={"user_id": "alice"}, include_deleted=True)
+    assert hits[0]["memory"]["id"] == ids[1] and hits[0]["memory"]["is_deleted"]
+
+
+async def test_filters_on_type_tags_who_and_source(app):
+    scope = {"user_id": "f"}
+    a = await app.remember("Prefers window seats on flights", scope=scope, type="preference", tags=["travel"],
+                           who="user", source_type="chat", mode="sync")
+    b = await app.remember("Booked a flight to Oslo", scope=scope, type="event", tags=["travel", "oslo"],
+                           who="agent", source_type="email", mode="sync")
+    for filters, expected in [({"type": "preference"}, [a]), ({"tags": ["oslo"]}, [b]), ({"who": "agent"}, [b]),
+                              ({"source_type": "chat"}, [a]), ({"tags": ["travel"]}, [a, b])]:
+        hits = await app.search("flight", scope=scope, filters=filters)
+        assert sorted(h["memory"]["id"] for h in hits) == sorted(x["memory_id"] for x in expected), filters
+
+
+async def test_time_phrases_filter_by_creation_time(app):
+    scope = {"user_id": "t"}
+    old = await app.remember("Went skiing in Zermatt", scope=scope, mode="sync")
+    new = await app.remember("Went skiing in Chamonix", scope=scope, mode="sync")
+    await app.pool.execute("UPDATE memories SET created_at = $2 WHERE id = $1", uuid.UUID(old["memory_id"]),
+                           datetime.now(timezone.utc) - timedelta(days=200))
+    recent = await app.search("skiing", scope=scope, filters={"time": "last 3 months"})
+    assert [h["memory"]["id"] for h in recent] == [new["memory_id"]]
+    older = await app.search("skiing", scope=scope, filters={"time": "older than 6 months"})
+    assert [h["memory"]["id"] for h in older] == [old["memory_id"]]
+    assert await app.search("skiing", scope=scope, filters={"time": "yesterday"}) == []
+
+
+@pytest.mark.parametrize("body, status, fragment", [
+    ({"query": "x", "scope": {"user_id": "u"}, "filters": {"time": "a while back"}}, 422, "time phrase"),
+    ({"query": "", "scope": {"user_id": "u"}}, 422, "query"),
+    ({"query": "x"}, 422, "scope"),
+    ({"query": "x", "scope": {"user_id": "u"}, "limit": 0}, 422, "limit"),
+    ({"query": "x", "scope": {"user_id": "u"}, "limit": 10_000}, 422, "capped"),
+    ({"query": "x", "scope": {"user_id": "u"}, "filters": {"colour": "red"}}, 422, "colour"),
+    ({"query": "x", "scope": {"user_id": "u"}, "rerank_everything": True}, 422, "rerank_everything"),
+])
+async def test_bad_search_input_is_a_clear_4xx(app, body, status, fragment):
+    response = await app.post("/api/memory/search", body)
+    assert response.status_code == status, response.text
+    assert fragment in response.json()["error"]["detail"]
+
+
+async def test_list_paginates_with_a_cursor_newest_first(app):
+    ids = await _load(app)
+    seen, cursor = [], None
+    while True:
+        params = {"user_id": "alice", "limit": 4} | ({"cursor": cursor} if cursor else {})
+        page = (await app.get("/api/memory", **params)).json()
+        seen += [m["id"] for m in page["items"]]
+        cursor = page["next_cursor"]
+        if not cursor:
+            break
+    assert seen == list(reversed(ids))
+    assert (await app.get("/api/memory", user_id="alice", cursor="garbage")).status_code == 422
+    assert (await app.get("/api/memory")).status_code == 422
+
+
+async def test_access_counts_update_off_the_hot_path(app):
+    ids = await _load(app)
+    await app.search("marathon", scope={"user_id": "alice"}, limit=1)
+    for _ in range(50):
+        if await app.count("SELECT access_count FROM memories WHERE id = $1", uuid.UUID(ids[2])) == 1:
+            break
+        await asyncio.sleep(0.05)
+    assert await app.count("SELECT access_count FROM memories WHERE id = $1", uuid.UUID(ids[2])) == 1
+    assert await app.count("SELECT sum(access_count) FROM memories") == 1
+
+
+async def test_health_and_readiness_need_no_key(app):
+    assert (await app.http.get("/healthz")).json() == {"status": "ok"}
+    ready = await app.http.get("/readyz")
+    assert ready.status_code == 200
+    components = ready.json()["components"]
+    assert {"postgres", "temporal", "vector_index", "embedder", "providers"} <= set(components)
+    assert all(c["ok"] for c in components.values())
+
+
+async def test_unknown_route_uses_the_error_contract(app):
+    response = await app.get("/api/nothing-here")
+    assert response.status_code == 404
+    assert response.json()["error"]["type"] == "not_found"

@@ -1,0 +1,188 @@
+"""Remember through the HTTP gateway: the three modes, degradation, dedupe, idempotency, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.conftest import closed_port_url, ollama_settings
+from tests.fakes.llm_server import FakeReply
+
+FACTS = {"facts": [{"content": "Alice hikes in the Alps", "type": "fact", "confidence": 0.9}],
+         "entities": [{"source": "Alice", "relationship": "hikes_in", "target": "Alps", "confidence": 0.8}],
+         "category": "hobbies", "tags": ["hiking"]}
+
+
+async def test_sync_mode_waits_for_extraction_and_records_it(make_app, fake_llm):
+    fake_llm.default = FakeReply.json(FACTS)
+    async with make_app(**ollama_settings(fake_llm)) as app:
+        answer = await app.remember("I love hiking in the Alps", mode="sync")
+        assert answer["status"] == "processed" and answer["warnings"] == []
+        memory = (await app.get(f"/api/memory/{answer['memory_id']}")).json()
+        assert memory["extraction_status"] == "done"
+        assert memory["extracted"]["facts"][0]["content"] == "Alice hikes in the Alps"
+        assert memory["category"] == "hobbies"
+        assert memory["extraction_model"] == "llama3.2:3b"
+        assert memory["embedding_model"] == "all-MiniLM-L6-v2"
+        events = await app.pool.fetch(
+            "SELECT event, actor_id, provider, model, prompt_version FROM memory_history WHERE memory_id = $1 ORDER BY id",
+            __import__("uuid").UUID(answer["memory_id"]))
+        assert [e["event"] for e in events] == ["ADD", "UPDATE"]
+        assert events[1]["provider"] == "ollama" and events[1]["prompt_version"]
+        job = await app.job(answer["job_id"])
+        assert job["status"] == "done" and job["attempt_count"] == 1 and job["outcome"] == "processed"
+        # The memory text reached the provider inside its delimited block.
+        assert any("I love hiking in the Alps" in str(r.body) for r in fake_llm.chat_requests())
+
+
+async def test_async_mode_answers_queued_at_once_and_processes_later(make_app, fake_llm):
+    fake_llm.default = FakeReply.delay(1.0, FakeReply.json(FACTS))
+    async with make_app(**ollama_settings(fake_llm)) as app:
+        answer = await app.remember("Bob prefers green tea", mode="async")
+        assert answer["status"] == "queued" and answer["job_id"]
+        job = await app.wait_job(answer["job_id"], "done")
+        assert job["outcome"] == "processed"
+        assert (await app.search("green tea"))[0]["memory"]["id"] == answer["memory_id"]
+
+
+async def test_auto_mode_degrades_to_queued_on_a_slow_provider(make_app, fake_llm):
+    fake_llm.default = FakeReply.delay(2.0, FakeReply.json(FACTS))
+    async with make_app(**ollama_settings(fake_llm)) as app:
+        answer = await app.remember("Carol plays the cello", mode="auto", pipeline_timeout_ms=300)
+        assert answer["status"] == "queued"
+        assert any(w.startswith("pipeline_timeout") for w in answer["warnings"])
+        job = await app.wait_job(answer["job_id"], "done")
+        assert job["outcome"] == "processed" and job["attempt_count"] == 1
+
+
+async def test_no_provider_configured_processes_without_extraction(app):
+    answer = await app.remember("Dana owns a red bicycle", mode="sync")
+    assert answer["status"] == "processed"
+    memory = (await app.get(f"/api/memory/{answer['memory_id']}")).json()
+    assert memory["extraction_status"] == "skipped"
+    assert memory["embedding_model"] == "all-MiniLM-L6-v2"
+
+
+async def test_provider_down_saves_raw_searchable_and_schedules_retries(make_app):
+    async with make_app(llm_provider="ollama", ollama_url=closed_port_url(),
+                        extraction_backoff_initial_s=30, extraction_backoff_max_s=60) as app:
+        answer = await app.remember("Erin is allergic to peanuts", mode="auto")
+        assert answer["status"] == "raw_saved"
+        assert any(w.startswith("provider_unavailable") for w in answer["warnings"])
+        memory = (await app.get(f"/api/memory/{answer['memory_id']}")).json()
+        assert memory["extraction_status"] == "unprocessed"
+        assert memory["embedding_model"] == "all-MiniLM-L6-v2"
+        hits = await app.search("food allergy")
+        assert hits[0]["memory"]["id"] == answer["memory_id"]
+        job = await app.wait_job(answer["job_id"], "retry_scheduled")
+        assert job["attempt_count"] == 1 and job["next_attempt_at"] is not None
+        assert job["last_error_code"] == "ProviderUnavailable"
+        assert "unreachable" in job["last_error"]
+
+
+async def test_extraction_retries_on_backoff_until_the_provider_recovers(make_app, fake_llm):
+    fake_llm.script(FakeReply.status(500), FakeReply.malformed("{not json"))
+    fake_llm.default = FakeReply.json(FACTS)
+    async with make_app(**ollama_settings(fake_llm)) as app:
+        answer = await app.remember("Frank moved to Lisbon", mode="auto")
+        assert answer["status"] == "raw_saved"
+        job = await app.wait_job(answer["job_id"], "done")
+        assert job["attempt_count"] == 3 and job["outcome"] == "raw_saved"
+        memory = (await app.get(f"/api/memory/{answer['memory_id']}")).json()
+        assert memory["extraction_status"] == "done"
+        assert await app.count("SELECT count(*) FROM memory_history WHERE event = 'UPDATE'") == 1
+
+
+async def test_extraction_gives_up_after_max_attempts_and_keeps_the_memory(make_app):
+    async with make_app(llm_provider="ollama", ollama_url=closed_port_url(), extraction_max_attempts=2,
+                        extraction_backoff_initial_s=0.2) as app:
+        answer = await app.remember("Gina collects stamps", mode="async")
+        job = await app.wait_job(answer["job_id"], "dead")
+        assert job["attempt_count"] == 2
+        memory = (await app.get(f"/api/memory/{answer['memory_id']}")).json()
+        assert memory["extraction_status"] == "failed"
+        assert (await app.search("stamp collection"))[0]["memory"]["id"] == answer["memory_id"]
+
+
+async def test_concurrent_identical_remembers_leave_one_row(app):
+    answers = await asyncio.gather(*[app.remember("Hank's birthday is May 3rd", mode="async") for _ in range(20)])
+    assert len({a["memory_id"] for a in answers}) == 1
+    assert await app.count("SELECT count(*) FROM memories") == 1
+    assert await app.count("SELECT count(*) FROM memory_jobs") == 1
+    assert sum("duplicate" in " ".join(a["warnings"]) for a in answers) == 19
+
+
+async def test_exact_duplicates_collapse_per_scope_only(app):
+    first = await app.remember("Likes   jazz ", scope={"user_id": "a"}, mode="async")
+    same = await app.remember("likes jazz", scope={"user_id": "a"}, mode="async")
+    other = await app.remember("likes jazz", scope={"user_id": "b"}, mode="async")
+    assert same["memory_id"] == first["memory_id"]
+    assert other["memory_id"] != first["memory_id"]
+
+
+async def test_idempotent_replay_returns_the_same_answer_and_writes_nothing_twice(app):
+    body = dict(mode="sync", idempotency_key="req-1")
+    first = await app.remember("Ivy works at the bakery", **body)
+    again = await app.remember("Ivy works at the bakery", **body)
+    assert again == first
+    assert await app.count("SELECT count(*) FROM memories") == 1
+    assert await app.count("SELECT count(*) FROM memory_history") == 1
+    concurrent = await asyncio.gather(*[app.remember("Jack sails on weekends", mode="async",
+                                                     idempotency_key="req-2") for _ in range(10)])
+    assert len({a["memory_id"] for a in concurrent}) == 1
+    assert await app.count("SELECT count(*) FROM memories") == 2
+
+
+async def test_idempotency_key_reused_for_another_request_is_a_conflict(app):
+    await app.remember("Kim drinks coffee", idempotency_key="k", mode="async")
+    response = await app.post("/api/memory/remember", {"content": "Kim drinks tea", "scope": {"user_id": "u1"},
+                                                       "idempotency_key": "k"})
+    assert response.status_code == 409
+    assert response.json()["error"]["type"] == "conflict"
+    assert await app.count("SELECT count(*) FROM memories") == 1
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ({"content": "", "scope": {"user_id": "u"}}, "empty"),
+    ({"content": "   \n ", "scope": {"user_id": "u"}}, "empty"),
+    ({"content": "x" * 40_000, "scope": {"user_id": "u"}}, "limit"),
+    ({"content": "hello"}, "scope"),
+    ({"content": "hello", "scope": {}}, "at least one"),
+    ({"content": "hello", "scope": {"user_id": "u"}, "colour": "red"}, "colour"),
+    ({"content": "hello", "scope": {"user_id": "u", "tenant": "x"}}, "tenant"),
+    ({"content": "hello", "scope": {"user_id": "u"}, "mode": "eventually"}, "mode"),
+    ({"content": "hello", "scope": {"user_id": "u"}, "pipeline_timeout_ms": 10_000_000}, "capped"),
+    ({"content": "hello", "scope": {"user_id": "u"}, "importance": 7}, "importance"),
+    ({"content": 42, "scope": {"user_id": "u"}}, "content"),
+])
+async def test_bad_remember_input_is_a_clear_422_and_writes_nothing(app, body, fragment):
+    response = await app.post("/api/memory/remember", body)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["type"] == "validation_error"
+    assert fragment in error["detail"]
+    assert await app.count("SELECT count(*) FROM memories") == 0
+
+
+async def test_malformed_json_body_is_a_422(app):
+    response = await app.http.post("/api/memory/remember", content=b"{not json",
+                                   headers={"Authorization": f"Bearer {app.admin_key}",
+                                            "content-type": "application/json"})
+    assert response.status_code == 422
+    assert response.json()["error"]["type"] == "validation_error"
+
+
+async def test_missing_or_unknown_key_is_401_and_foreign_scope_is_403(app):
+    body = {"content": "secret", "scope": {"user_id": "alice"}}
+    assert (await app.http.post("/api/memory/remember", json=body)).status_code == 401
+    unknown = await app.http.post("/api/memory/remember", json=body, headers={"Authorization": "Bearer nope"})
+    assert unknown.status_code == 401 and unknown.json()["error"]["type"] == "unauthenticated"
+    bob = await app.key("writer", ["user:bob"])
+    denied = await app.post("/api/memory/remember", body, key=bob)
+    assert denied.status_code == 403 and denied.json()["error"]["type"] == "forbidden"
+    reader = await app.key("reader", ["user:alice"])
+    assert (await app.post("/api/memory/remember", body, key=reader)).status_code == 403
+    assert await app.count("SELECT count(*) FROM memories") == 0
+    allowed = await app.post("/api/memory/remember", {**body, "mode": "async"}, key=await app.key("writer", ["user:alice"]))
+    assert allowed.status_code == 200

@@ -1,0 +1,107 @@
+"""Faults survived for real: Temporal stopped and restarted, the worker process killed mid-workflow."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+import uuid
+
+import httpx
+
+from tests.conftest import new_database, ollama_settings
+from tests.fakes.llm_server import FakeReply
+from tests.process import EngramProcess
+from worker.embedded import EmbeddedTemporal, free_port
+
+FACTS = {"facts": [{"content": "Nina keeps bees", "type": "fact", "confidence": 0.9}], "entities": [],
+         "category": "hobbies", "tags": []}
+
+
+async def test_temporal_down_then_back_saves_raw_and_processes_once(make_app, fake_llm, tmp_path):
+    fake_llm.default = FakeReply.json(FACTS)
+    temporal = EmbeddedTemporal(tmp_path / "own-temporal", free_port(), free_port(), headless=True)
+    temporal.start()
+    try:
+        async with make_app(temporal_address=temporal.address, **ollama_settings(fake_llm)) as app:
+            before = await app.remember("Nina keeps bees in her garden", mode="sync")
+            assert before["status"] == "processed"
+            temporal.stop()
+            started = time.monotonic()
+            answers = [await app.remember(f"Nina harvested {n} jars of honey", mode="auto") for n in range(3)]
+            assert time.monotonic() - started < 15
+            assert {a["status"] for a in answers} == {"raw_saved"}
+            assert all(any(w.startswith("pipeline_unavailable") for w in a["warnings"]) for a in answers)
+            # Saved, but not yet embedded: still found by BM25 while Temporal is down.
+            hits = await app.search("honey jars", scope={"user_id": "u1"})
+            assert {h["memory"]["id"] for h in hits} >= {a["memory_id"] for a in answers}
+
+            temporal.start()
+            for answer in answers:
+                job = await app.wait_job(answer["job_id"], "done", timeout_s=60)
+                assert job["attempt_count"] == 1
+            assert await app.count("SELECT count(*) FROM memories") == 4
+            assert await app.count("SELECT count(*) FROM memory_history WHERE event = 'UPDATE'") == 4
+            assert await app.count("SELECT count(*) FROM memories WHERE embedding IS NULL") == 0
+            assert len(fake_llm.chat_requests()) == 4
+    finally:
+        temporal.stop()
+
+
+async def test_worker_killed_mid_workflow_is_processed_exactly_once(postgres, temporal, fake_llm, tmp_path):
+    # The first extraction hangs; the worker process is killed while it waits for it.
+    fake_llm.script(FakeReply.delay(60, FakeReply.json(FACTS)))
+    fake_llm.default = FakeReply.json(FACTS)
+    dsn = await new_database(postgres)
+    engram = EngramProcess(
+        tmp_path / "engram", postgres_dsn=dsn, temporal_address=temporal.address,
+        temporal_task_queue=f"kill-{uuid.uuid4().hex[:6]}", llm_provider="ollama", ollama_url=fake_llm.url,
+        llm_timeout_s=2, extraction_backoff_initial_s=0.3, extraction_backoff_max_s=1, dispatcher_interval_s=0.2,
+    ).start()
+    try:
+        with engram.client() as http:
+            answer = http.post("/api/memory/remember", json={
+                "content": "Nina keeps bees", "scope": {"user_id": "nina"}, "mode": "async"}).json()
+            await _wait(lambda: len(fake_llm.chat_requests()) == 1, "the first extraction call")
+        assert engram.stop(signal.SIGKILL) == -signal.SIGKILL
+
+        engram.start()
+        with engram.client() as http:
+            job = await _wait_job(http, answer["job_id"], "done", timeout_s=60)
+            assert job["attempt_count"] == 2 and job["outcome"] == "raw_saved"
+            hits = http.post("/api/memory/search", json={"query": "beekeeping", "scope": {"user_id": "nina"}}).json()
+            assert [h["memory"]["id"] for h in hits["results"]] == [answer["memory_id"]]
+            assert hits["results"][0]["components"]["vector"] > 0.3
+            memory = http.get(f"/api/memory/{answer['memory_id']}").json()
+            assert memory["extraction_status"] == "done"
+        import asyncpg
+
+        conn = await asyncpg.connect(dsn)
+        try:
+            events = [r["event"] for r in await conn.fetch("SELECT event FROM memory_history ORDER BY id")]
+            assert events == ["ADD", "UPDATE"]
+            assert await conn.fetchval("SELECT count(*) FROM memories") == 1
+        finally:
+            await conn.close()
+    finally:
+        if engram.proc and engram.proc.poll() is None:
+            engram.stop()
+
+
+async def _wait(predicate, what: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def _wait_job(http: httpx.Client, job_id: str, status: str, timeout_s: float) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        job = http.get(f"/api/memory/jobs/{job_id}").json()
+        if job["status"] == status:
+            return job
+        if time.monotonic() > deadline:
+            raise AssertionError(f"job still {job['status']}: {job}")
+        await asyncio.sleep(0.2)
