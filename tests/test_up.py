@@ -1,0 +1,90 @@
+"""`engram up` as a user runs it: the whole embedded stack in one process tree, the CLI
+against it, a clean Ctrl-C, and a restart that finds every memory again."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+
+import pytest
+
+from tests.process import EngramProcess
+from worker.embedded import free_port
+
+
+@pytest.fixture
+def engram(tmp_path):
+    process = EngramProcess(
+        tmp_path / "data", embedded_postgres_port=free_port(), temporal_grpc_port=free_port(),
+        temporal_ui_port=free_port(), llm_provider="none",
+    )
+    yield process
+    if process.proc is not None and process.proc.poll() is None:
+        process.stop()
+
+
+def _children_of(pid: int) -> list[str]:
+    out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def test_up_serves_the_cli_and_keeps_everything_across_a_restart(engram):
+    engram.start()
+    key = engram.key
+    assert key.startswith("engram_")
+    children = _children_of(engram.proc.pid)
+    assert any("postgres" in c for c in children) and any("temporal" in c for c in children)
+
+    stored = []
+    for text in ("Olga grows tomatoes on her balcony", "Olga's cat is called Pixel", "Olga speaks Finnish"):
+        out = engram.cli("remember", text, "--user-id", "olga", "--mode", "sync")
+        assert out.returncode == 0, out.stderr
+        answer = json.loads(out.stdout)
+        assert answer["status"] == "processed"
+        stored.append(answer)
+
+    out = engram.cli("search", "what pet does she have", "--user-id", "olga", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["results"][0]["memory"]["id"] == stored[1]["memory_id"]
+    out = engram.cli("get", stored[0]["memory_id"])
+    assert json.loads(out.stdout)["content"] == "Olga grows tomatoes on her balcony"
+    out = engram.cli("jobs", stored[0]["job_id"])
+    assert json.loads(out.stdout)["status"] == "done"
+    out = engram.cli("status")
+    assert out.returncode == 0 and json.loads(out.stdout)["ready"] is True
+    bad = engram.cli("remember", "", "--user-id", "olga")
+    assert bad.returncode != 0 and "422 validation_error" in bad.stderr
+    no_scope = engram.cli("search", "x")
+    assert no_scope.returncode != 0 and "--user-id" in no_scope.stderr
+
+    assert engram.stop(signal.SIGINT) == 0
+    for child in children:
+        pid = int(child.split()[0])
+        assert subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode != 0, f"left running: {child}"
+
+    engram.start()
+    assert engram.key == key
+    with engram.client() as http:
+        for answer in stored:
+            assert http.get(f"/api/memory/{answer['memory_id']}").status_code == 200
+        hits = http.post("/api/memory/search", json={"query": "Finnish language", "scope": {"user_id": "olga"}}).json()
+        assert hits["results"][0]["memory"]["id"] == stored[2]["memory_id"]
+        assert hits["results"][0]["components"]["vector"] > 0.3  # the Qdrant shard came back too
+        again = http.post("/api/memory/remember", json={"content": "Olga speaks Finnish", "scope": {"user_id": "olga"}})
+        assert again.json()["memory_id"] == stored[2]["memory_id"]
+
+
+def test_up_killed_outright_takes_its_servers_with_it_and_restarts(engram):
+    engram.start()
+    with engram.client() as http:
+        answer = http.post("/api/memory/remember", json={"content": "Petra runs a bakery", "scope": {"user_id": "p"},
+                                                         "mode": "sync"}).json()
+    children = _children_of(engram.proc.pid)
+    engram.stop(signal.SIGKILL)
+    engram.start()
+    for child in children:
+        pid = int(child.split()[0])
+        assert subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode != 0, f"orphaned: {child}"
+    with engram.client() as http:
+        assert http.get(f"/api/memory/{answer['memory_id']}").json()["content"] == "Petra runs a bakery"

@@ -1,0 +1,114 @@
+"""One contract, both adapters: the in-process Qdrant edge shard and qdrant-client (its
+`:memory:` engine speaks the same client API as a Qdrant server)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pytest
+
+from engram.models import Scope
+from engram.vector_index import EdgeIndex, IndexFilter, IndexPoint, QdrantServerIndex
+
+DIM = 8
+NOW = datetime(2025, 6, 1, tzinfo=timezone.utc)
+
+
+@pytest.fixture(params=["edge", "client"])
+async def index(request, tmp_path):
+    if request.param == "edge":
+        idx = EdgeIndex(tmp_path / "shard")
+    else:
+        from qdrant_client import AsyncQdrantClient
+
+        idx = QdrantServerIndex(AsyncQdrantClient(location=":memory:"), "contract")
+    await idx.ensure(vector_name="test-model", dim=DIM)
+    yield idx
+    await idx.close()
+
+
+def _vec(seed: int) -> list[float]:
+    v = np.random.default_rng(seed).normal(size=DIM)
+    return (v / np.linalg.norm(v)).tolist()
+
+
+def _point(seed: int, user: str = "u", **fields) -> IndexPoint:
+    base = dict(id=uuid.uuid4(), vector=_vec(seed), user_id=user, agent_id=None, run_id=None, type="fact", tags=[],
+                who=None, source_type=None, created_at=NOW)
+    base.update(fields)
+    return IndexPoint(**base)
+
+
+async def test_nearest_first_with_cosine_scores(index):
+    points = [_point(i) for i in range(5)]
+    await index.upsert(points)
+    hits = await index.search(points[3].vector, IndexFilter(scope=Scope(user_id="u")), 5)
+    assert hits[0].id == points[3].id and hits[0].score == pytest.approx(1.0, abs=1e-4)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert await index.count() == 5
+
+
+async def test_scope_is_always_enforced(index):
+    mine, theirs = _point(1, "alice"), _point(1, "bob")
+    narrow = _point(2, "alice", agent_id="a1")
+    await index.upsert([mine, theirs, narrow])
+    hits = await index.search(mine.vector, IndexFilter(scope=Scope(user_id="alice")), 10)
+    assert {h.id for h in hits} == {mine.id, narrow.id}
+    hits = await index.search(mine.vector, IndexFilter(scope=Scope(user_id="alice", agent_id="a1")), 10)
+    assert [h.id for h in hits] == [narrow.id]
+
+
+async def test_deleted_points_are_hidden_unless_asked_for(index):
+    point = _point(1)
+    await index.upsert([point])
+    await index.set_deleted([point.id], True)
+    assert await index.search(point.vector, IndexFilter(scope=Scope(user_id="u")), 10) == []
+    hits = await index.search(point.vector, IndexFilter(scope=Scope(user_id="u"), include_deleted=True), 10)
+    assert [h.id for h in hits] == [point.id]
+    await index.set_deleted([point.id], False)
+    assert len(await index.search(point.vector, IndexFilter(scope=Scope(user_id="u")), 10)) == 1
+
+
+async def test_payload_filters_and_time_range(index):
+    a = _point(1, type="preference", tags=["travel"], who="user", source_type="chat", created_at=NOW - timedelta(days=40))
+    b = _point(2, type="event", tags=["travel", "oslo"], who="agent", source_type="email", created_at=NOW)
+    await index.upsert([a, b])
+    scope = Scope(user_id="u")
+
+    async def ids(**kw):
+        return {h.id for h in await index.search(a.vector, IndexFilter(scope=scope, **kw), 10)}
+
+    assert await ids(type="preference") == {a.id}
+    assert await ids(tags=["oslo"]) == {b.id}
+    assert await ids(tags=["travel"]) == {a.id, b.id}
+    assert await ids(who="agent") == {b.id}
+    assert await ids(source_type="chat") == {a.id}
+    assert await ids(created_from=NOW - timedelta(days=7)) == {b.id}
+    assert await ids(created_to=NOW - timedelta(days=7)) == {a.id}
+
+
+async def test_upsert_replaces_and_delete_removes(index):
+    point = _point(1)
+    await index.upsert([point])
+    moved = IndexPoint(**{**point.__dict__, "vector": _vec(9)})
+    await index.upsert([moved])
+    assert await index.count() == 1
+    hits = await index.search(_vec(9), IndexFilter(scope=Scope(user_id="u")), 1)
+    assert hits[0].id == point.id and hits[0].score == pytest.approx(1.0, abs=1e-4)
+    await index.delete([point.id, uuid.uuid4()])
+    assert await index.count() == 0
+
+
+async def test_edge_shard_persists_across_reopen(tmp_path):
+    first = EdgeIndex(tmp_path / "shard")
+    await first.ensure(vector_name="m", dim=DIM)
+    point = _point(1)
+    await first.upsert([point])
+    await first.close()
+    again = EdgeIndex(tmp_path / "shard")
+    await again.ensure(vector_name="m", dim=DIM)
+    hits = await again.search(point.vector, IndexFilter(scope=Scope(user_id="u")), 1)
+    assert [h.id for h in hits] == [point.id]
+    await again.close()
