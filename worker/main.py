@@ -56,6 +56,8 @@ def api_main() -> None:
     async def runtime_factory():
         runtime = await Runtime.open(settings, run_worker=False, run_dispatcher=False)
         try:
+            if settings.dev_api_key:  # the deployment's first admin key
+                await runtime.install_admin_key(settings.dev_api_key, name="bootstrap")
             yield runtime
         finally:
             await runtime.close()

