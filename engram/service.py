@@ -21,7 +21,7 @@ from engram.models import (
 )
 from engram.repositories import idempotency, jobs, keys
 from engram.repositories import memories as repo
-from engram.search import HybridSearch
+from engram.recall.pipeline import Recall, RecallOptions
 from engram.settings import Settings
 from engram.text import content_hash, normalize, term_frequencies
 from engram.timephrase import parse_time_phrase
@@ -41,11 +41,11 @@ class Pipeline(Protocol):
 
 
 class MemoryService:
-    def __init__(self, settings: Settings, pool: asyncpg.Pool, search: HybridSearch, pipeline: Pipeline,
+    def __init__(self, settings: Settings, pool: asyncpg.Pool, recall: Recall, pipeline: Pipeline,
                  clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
         self._settings = settings
         self._pool = pool
-        self._search = search
+        self._recall = recall
         self._pipeline = pipeline
         self._clock = clock
         self._background: set[asyncio.Task] = set()
@@ -175,13 +175,21 @@ class MemoryService:
 
     async def search(self, principal: auth.Principal, req: SearchRequest) -> SearchResponse:
         principal.require("search", req.scope)
-        if req.limit > self._settings.search_limit_max:
-            raise ValidationFailed(f"limit is capped at {self._settings.search_limit_max}")
+        s = self._settings
+        if req.limit > s.search_limit_max:
+            raise ValidationFailed(f"limit is capped at {s.search_limit_max}")
+        top_n = req.rerank_top_n if req.rerank_top_n is not None else s.rerank_top_n
+        if top_n > s.rerank_top_n_max:
+            raise ValidationFailed(f"rerank_top_n is capped at {s.rerank_top_n_max}")
+        rerank = s.rerank_default if req.rerank is None else req.rerank
+        if rerank and not self._recall.can_rerank:
+            raise ValidationFailed("rerank is off on this server (ENGRAM_RERANK_MODEL=none)")
         filters = self._filters(req.filters, req.include_deleted)
-        hits, _ = await self._search.search(req.query, req.scope, filters, req.limit)
+        hits, warnings, explain = await self._recall.search(
+            req.query, req.scope, filters, RecallOptions(limit=req.limit, rerank=rerank, rerank_top_n=top_n))
         if hits:
             self._spawn(repo.bump_access(self._pool, [h.memory.id for h in hits]))
-        return SearchResponse(results=hits)
+        return SearchResponse(results=hits, warnings=warnings, explain=explain.stages if req.explain else None)
 
     def _filters(self, f, include_deleted: bool) -> repo.Filters:
         start = end = None

@@ -75,6 +75,15 @@ class Settings(BaseSettings):
     bm25_stemmer: str = "english"
     search_candidates: int = 100
     search_limit_max: int = 100
+    # Context expansion: lift by this times the fused scores of the turns before and after
+    # in the same session; 0 turns it off.
+    expansion_weight: float = 0.1
+    # Cross-encoder rerank of the fused top N: opt-in per request, or on by default here.
+    rerank_model: Literal["ms-marco-MiniLM-L-12-v2", "none"] = "ms-marco-MiniLM-L-12-v2"
+    rerank_default: bool = False
+    rerank_top_n: int = 20
+    rerank_top_n_max: int = 100
+    rerank_timeout_ms: int = 2_000
 
     # Security baseline.
     dev_api_key: str = ""

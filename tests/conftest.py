@@ -64,6 +64,13 @@ def embedder() -> Embedder:
 
 
 @pytest.fixture(scope="session")
+def reranker():
+    from engram.recall.rerank import CrossEncoder, ms_marco_files
+
+    return CrossEncoder.open(ms_marco_files(), threads=2)
+
+
+@pytest.fixture(scope="session")
 def fake_llm():
     with FakeLLMServer() as server:
         yield server
@@ -156,8 +163,8 @@ def app_settings(tmp_path: Path, dsn: str, **overrides) -> Settings:
 
 
 @contextlib.asynccontextmanager
-async def running_app(settings: Settings, embedder: Embedder):
-    runtime = await Runtime.open(settings, embedder=embedder)
+async def running_app(settings: Settings, embedder: Embedder, reranker=None):
+    runtime = await Runtime.open(settings, embedder=embedder, reranker=reranker)
     admin_key = auth.new_key()
     await keys.insert(runtime.pool, key_id=uuid.uuid4(), name="admin", key_hash=auth.hash_key(admin_key),
                       role="admin", scopes=["*"])
@@ -172,7 +179,7 @@ async def running_app(settings: Settings, embedder: Embedder):
 
 
 @pytest.fixture
-def make_app(postgres, temporal, embedder, tmp_path):
+def make_app(postgres, temporal, embedder, reranker, tmp_path):
     """`async with make_app(**setting_overrides) as app:` a fresh Engram."""
 
     @contextlib.asynccontextmanager
@@ -180,7 +187,7 @@ def make_app(postgres, temporal, embedder, tmp_path):
         dsn = await new_database(postgres)
         overrides.setdefault("temporal_address", temporal.address)
         settings = app_settings(tmp_path / uuid.uuid4().hex[:6], dsn, **overrides)
-        async with running_app(settings, embedder) as app:
+        async with running_app(settings, embedder, reranker) as app:
             yield app
 
     return factory

@@ -26,7 +26,8 @@ from engram.errors import ConfigError
 from engram.embedder import Embedder, minilm_files
 from engram.repositories import keys
 from engram.providers import LLMProvider, build_provider_chain
-from engram.search import HybridSearch
+from engram.recall.pipeline import Recall
+from engram.recall.rerank import CrossEncoder, ms_marco_files
 from engram.service import MemoryService
 from engram.settings import Settings
 from engram.vector_index import EdgeIndex, QdrantServerIndex, VectorIndex
@@ -59,6 +60,7 @@ class Runtime:
 
     @classmethod
     async def open(cls, settings: Settings, *, embedder: Embedder | None = None,
+                   reranker: CrossEncoder | None = None,
                    run_worker: bool = True, run_dispatcher: bool = True) -> "Runtime":
         """Connect everything and, if asked, start the worker and the dispatcher.
 
@@ -66,6 +68,10 @@ class Runtime:
         """
         providers = build_provider_chain(settings)
         embedder = embedder or await asyncio.to_thread(Embedder.open, minilm_files(), threads=settings.embedding_threads)
+        if settings.rerank_model == "none":
+            reranker = None
+        elif reranker is None:
+            reranker = await asyncio.to_thread(CrossEncoder.open, ms_marco_files(), threads=settings.embedding_threads)
         # A worker needs a connected client; a pure API process may start before Temporal.
         client = await _connect_temporal(settings, lazy=not run_worker)
         await db.migrate(settings.postgres_dsn, backup_dir=settings.data_dir / "backups", pg_dump=_pg_dump())
@@ -78,7 +84,7 @@ class Runtime:
             await pool.close()
             raise
         pipeline = TemporalPipeline(client, pool, settings)
-        service = MemoryService(settings, pool, HybridSearch(settings, pool, index, embedder), pipeline)
+        service = MemoryService(settings, pool, Recall(settings, pool, index, embedder, reranker), pipeline)
         rt = cls(settings, pool, index, embedder, providers, client, service)
         if run_worker:
             activities = RememberActivities(pool, index, embedder, providers, identity=_identity())

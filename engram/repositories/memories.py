@@ -271,3 +271,24 @@ async def bump_access(pool: asyncpg.Pool, ids: list[UUID]) -> None:
 async def history(pool: asyncpg.Pool, memory_id: UUID) -> list[dict]:
     rows = await pool.fetch("SELECT * FROM memory_history WHERE memory_id = $1 ORDER BY id", memory_id)
     return [dict(r) for r in rows]
+
+
+async def session_neighbours(pool: asyncpg.Pool, ids: list[UUID]) -> dict[UUID, tuple[UUID, ...]]:
+    """For each of `ids` that has a session: the live memories written just before and just
+    after it in the same scope and session."""
+    rows = await pool.fetch(
+        """
+        SELECT c.id,
+            (SELECT p.id FROM memories p
+             WHERE p.scope_key = c.scope_key AND p.session_id = c.session_id AND NOT p.is_deleted
+               AND (p.created_at, p.id) < (c.created_at, c.id)
+             ORDER BY p.created_at DESC, p.id DESC LIMIT 1) AS prev,
+            (SELECT n.id FROM memories n
+             WHERE n.scope_key = c.scope_key AND n.session_id = c.session_id AND NOT n.is_deleted
+               AND (n.created_at, n.id) > (c.created_at, c.id)
+             ORDER BY n.created_at, n.id LIMIT 1) AS next
+        FROM memories c WHERE c.id = ANY($1::uuid[]) AND c.session_id IS NOT NULL
+        """,
+        ids,
+    )
+    return {r["id"]: tuple(x for x in (r["prev"], r["next"]) if x is not None) for r in rows}

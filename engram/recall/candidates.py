@@ -1,0 +1,53 @@
+"""Stage 1: candidates. Dense hits from the vector index and BM25 hits from Postgres, then the
+candidates' rows re-read with every filter, so nothing outside the scope or deleted survives."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from uuid import UUID
+
+import asyncpg
+import numpy as np
+
+from engram.models import Memory, Scope
+from engram.repositories import memories as repo
+from engram.settings import Settings
+from engram.text import bm25_terms
+from engram.vector_index import IndexFilter, VectorIndex
+
+
+@dataclass(frozen=True)
+class Candidate:
+    memory: Memory
+    similarity: float | None  # cosine of the canonical embedding to the query; None if not embedded yet
+    bm25: float
+
+
+def index_filter(scope: Scope, filters: repo.Filters) -> IndexFilter:
+    return IndexFilter(
+        scope=scope, include_deleted=filters.include_deleted, type=filters.type, tags=filters.tags,
+        who=filters.who, source_type=filters.source_type, created_from=filters.created_from,
+        created_to=filters.created_to,
+    )
+
+
+async def dense(index: VectorIndex, query_vector: np.ndarray, scope: Scope, filters: repo.Filters,
+                depth: int) -> dict[UUID, float]:
+    """The `depth` nearest memories in the serving index, inside `scope` and `filters`."""
+    hits = await index.search(query_vector.tolist(), index_filter(scope, filters), depth)
+    return {hit.id: hit.score for hit in hits}
+
+
+async def lexical(pool: asyncpg.Pool, settings: Settings, query: str, scope: Scope, filters: repo.Filters,
+                  depth: int, also: list[UUID]) -> dict[UUID, float]:
+    """Okapi BM25 over the scope: the top `depth`, plus the scores of `also` (the dense hits)."""
+    terms = bm25_terms(query, settings.bm25_stemmer)
+    return await repo.bm25_scores(pool, scope, filters, terms, k1=settings.bm25_k1, b=settings.bm25_b,
+                                  limit=depth, also_ids=also)
+
+
+async def rows(pool: asyncpg.Pool, ids: list[UUID], scope: Scope, filters: repo.Filters,
+               query_vector: np.ndarray, model: str, bm25: dict[UUID, float]) -> list[Candidate]:
+    """The candidates that pass scope and filters now, with both raw scores."""
+    found = await repo.fetch_with_similarity(pool, ids, scope, filters, query_vector, model)
+    return [Candidate(memory=m, similarity=sim, bm25=bm25.get(m.id, 0.0)) for m, sim in found]

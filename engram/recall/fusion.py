@@ -1,0 +1,26 @@
+"""Stage 2: fusion. Each leg's scores min-max normalised over the candidates, then weighted."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from engram.recall.candidates import Candidate
+
+
+def minmax(values: dict[UUID, float | None]) -> dict[UUID, float]:
+    """Scale to [0, 1] over the present values; missing values and a constant list become 0."""
+    present = [v for v in values.values() if v is not None]
+    if not present:
+        return {k: 0.0 for k in values}
+    low, high = min(present), max(present)
+    span = high - low
+    return {k: (v - low) / span if v is not None and span > 0 else 0.0 for k, v in values.items()}
+
+
+def fuse(candidates: list[Candidate], vector_weight: float, bm25_weight: float
+         ) -> tuple[dict[UUID, float], dict[UUID, float], dict[UUID, float]]:
+    """(fused, vector_norm, bm25_norm) per candidate id."""
+    vector_norm = minmax({c.memory.id: c.similarity for c in candidates})
+    bm25_norm = minmax({c.memory.id: c.bm25 for c in candidates})
+    fused = {k: vector_weight * vector_norm[k] + bm25_weight * bm25_norm[k] for k in vector_norm}
+    return fused, vector_norm, bm25_norm

@@ -1,0 +1,108 @@
+"""Each recall stage's contract: explain, context expansion, cross-encoder rerank and its
+timeout, and the pinned model files."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+
+import pytest
+
+from engram.embedder import Embedder, minilm_files
+from engram.errors import ModelFileMismatch
+from engram.recall.rerank import CrossEncoder, ms_marco_files
+
+STAGES = ["embed_query", "dense", "bm25", "fetch", "fusion", "expansion"]
+
+
+async def test_explain_shows_every_stage_with_its_timing(app):
+    await app.remember("Ruth bakes sourdough every Sunday", scope={"user_id": "r"}, mode="sync")
+    response = await app.post("/api/memory/search", {"query": "bread baking", "scope": {"user_id": "r"},
+                                                     "explain": True, "rerank": True})
+    explain = response.json()["explain"]
+    assert list(explain) == STAGES + ["rerank"]
+    assert all(stage["ms"] >= 0 for stage in explain.values())
+    assert explain["embed_query"]["model"] == "all-MiniLM-L6-v2"
+    assert explain["rerank"]["model"] == "ms-marco-MiniLM-L-12-v2" and explain["rerank"]["timed_out"] is False
+    plain = await app.post("/api/memory/search", {"query": "bread", "scope": {"user_id": "r"}})
+    assert plain.json()["explain"] is None
+
+
+async def test_rerank_orders_the_top_n_by_the_cross_encoder(app):
+    scope = {"user_id": "rr"}
+    texts = ["Sam mentioned the weather was nice", "Sam's dog is a border collie named Pip",
+             "Sam's neighbour has a cat", "Sam walks to work"]
+    ids = [(await app.remember(t, scope=scope, mode="sync"))["memory_id"] for t in texts]
+    hits = await app.search("What breed is Sam's dog?", scope=scope, rerank=True, rerank_top_n=3)
+    assert hits[0]["memory"]["id"] == ids[1]
+    scored = [h for h in hits if h["components"]["rerank"] is not None]
+    assert len(scored) == 3
+    assert [h["components"]["rerank"] for h in scored] == sorted((h["components"]["rerank"] for h in scored),
+                                                                 reverse=True)
+    assert all(h["components"]["rerank"] is None for h in hits[3:])
+
+
+async def test_rerank_timeout_keeps_the_fused_order_and_warns(make_app):
+    async with make_app(rerank_timeout_ms=0) as app:
+        for text in ("Tom likes chess", "Tom plays chess on Fridays", "Tom's chess rating is 1800"):
+            await app.remember(text, scope={"user_id": "t"}, mode="sync")
+        fused = await app.search("chess", scope={"user_id": "t"})
+        response = await app.post("/api/memory/search", {"query": "chess", "scope": {"user_id": "t"}, "rerank": True})
+        body = response.json()
+        assert response.status_code == 200
+        assert any(w.startswith("rerank_timeout") for w in body["warnings"])
+        assert [h["memory"]["id"] for h in body["results"]] == [h["memory"]["id"] for h in fused]
+        assert all(h["components"]["rerank"] is None for h in body["results"])
+
+
+async def test_expansion_lifts_session_neighbours_within_the_scope_only(app):
+    scope = {"user_id": "e"}
+    q = await app.remember("Uma: what should I cook for the party?", scope=scope, session_id="s1", mode="sync")
+    a = await app.remember("Vic: lasagne, everyone loves it", scope=scope, session_id="s1", mode="sync")
+    lone = await app.remember("Vic: lasagne recipe from grandma", scope=scope, mode="sync")
+    # The same session id in another scope is another conversation.
+    await app.remember("Uma: cook something for the party", scope={"user_id": "other"}, session_id="s1", mode="sync")
+    hits = {h["memory"]["id"]: h["components"] for h in await app.search("party cooking", scope=scope)}
+    assert hits[a["memory_id"]]["expansion"] == pytest.approx(0.1 * hits[q["memory_id"]]["fused"])
+    assert hits[q["memory_id"]]["expansion"] == pytest.approx(0.1 * hits[a["memory_id"]]["fused"])
+    assert hits[lone["memory_id"]]["expansion"] == 0
+    # A deleted neighbour lifts nobody and is not brought back.
+    await app.pool.execute("UPDATE memories SET is_deleted = true WHERE id = $1", uuid.UUID(q["memory_id"]))
+    hits = {h["memory"]["id"]: h["components"] for h in await app.search("party cooking", scope=scope)}
+    assert q["memory_id"] not in hits and hits[a["memory_id"]]["expansion"] == 0
+
+
+async def test_expansion_weight_zero_turns_it_off(make_app):
+    async with make_app(expansion_weight=0) as app:
+        for text in ("Wes: any plans?", "Xia: hiking on Saturday"):
+            await app.remember(text, scope={"user_id": "w"}, session_id="s", mode="sync")
+        hits = await app.search("weekend plans", scope={"user_id": "w"})
+        assert all(h["components"]["expansion"] == 0 for h in hits)
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    ({"rerank": "maybe"}, "rerank"),
+    ({"rerank_top_n": 0}, "rerank_top_n"),
+    ({"rerank_top_n": 500}, "capped"),
+    ({"limit": -1}, "limit"),
+    ({"explain": "please"}, "explain"),
+])
+async def test_bad_rerank_and_limit_values_are_422(app, extra, fragment):
+    response = await app.post("/api/memory/search", {"query": "x", "scope": {"user_id": "u"}, **extra})
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["type"] == "validation_error"
+    assert fragment in response.json()["error"]["detail"]
+
+
+async def test_rerank_asked_of_a_server_without_a_reranker_is_a_clear_422(make_app):
+    async with make_app(rerank_model="none") as app:
+        response = await app.post("/api/memory/search", {"query": "x", "scope": {"user_id": "u"}, "rerank": True})
+        assert response.status_code == 422
+        assert "ENGRAM_RERANK_MODEL" in response.json()["error"]["detail"]
+
+
+def test_a_model_file_with_the_wrong_hash_stops_start_up_with_a_clear_message():
+    with pytest.raises(ModelFileMismatch, match="all-MiniLM-L6-v2 .* has SHA-256 .*expected 0000"):
+        Embedder.open(dataclasses.replace(minilm_files(), sha256="0" * 64))
+    with pytest.raises(ModelFileMismatch, match="ms-marco-MiniLM-L-12-v2"):
+        CrossEncoder.open(dataclasses.replace(ms_marco_files(), sha256="f" * 64))
