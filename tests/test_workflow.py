@@ -4,6 +4,7 @@ breaks determinism fails here before it breaks running workflows."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import uuid
 from pathlib import Path
@@ -48,12 +49,16 @@ async def _saved_memory(pool) -> uuid.UUID:
     return job_id
 
 
-async def test_extraction_backs_off_exponentially_then_gives_up(postgres, embedder, tmp_path):
+@contextlib.asynccontextmanager
+async def _pipeline_on_time_skipping_server(postgres, embedder, tmp_path, provider_url: str):
+    """A saved memory and a worker running RememberWorkflow with real activities (real Postgres,
+    a real Qdrant edge shard, the Ollama client against `provider_url`) on the time-skipping
+    server. Yields (pool, job_id, handle) once the workflow has started."""
     dsn = await new_database(postgres)
     pool = await db.create_pool(dsn, min_size=1, max_size=4)
     index = EdgeIndex(tmp_path / "shard")
     await index.ensure(vector_name=embedder.name, dim=embedder.dim)
-    provider = OllamaProvider(url=closed_port_url(), model="m", timeout_s=2)
+    provider = OllamaProvider(url=provider_url, model="llama3.2:3b", timeout_s=5)
     try:
         job_id = await _saved_memory(pool)
         async with await WorkflowEnvironment.start_time_skipping(
@@ -68,8 +73,17 @@ async def test_extraction_backs_off_exponentially_then_gives_up(postgres, embedd
                                   extract_timeout_s=10),
                     id=jobs.workflow_id_for(job_id), task_queue="tq",
                 )
-                result = await handle.result()
-                history = await handle.fetch_history()
+                yield pool, job_id, handle
+    finally:
+        await provider.aclose()
+        await index.close()
+        await pool.close()
+
+
+async def test_extraction_backs_off_exponentially_then_gives_up(postgres, embedder, tmp_path):
+    async with _pipeline_on_time_skipping_server(postgres, embedder, tmp_path, closed_port_url()) as (pool, job_id, handle):
+        result = await handle.result()
+        history = await handle.fetch_history()
         assert result.status == "dead" and result.first_pass == "raw_saved" and result.attempts == 8
         timers = [e.timer_started_event_attributes.start_to_fire_timeout.ToSeconds()
                   for e in history.events if e.HasField("timer_started_event_attributes")]
@@ -79,48 +93,22 @@ async def test_extraction_backs_off_exponentially_then_gives_up(postgres, embedd
         row = await pool.fetchrow("SELECT extraction_status, embedding_model FROM memories")
         assert dict(row) == {"extraction_status": "failed", "embedding_model": embedder.name}
         _record(history, "remember_backoff_dead")
-    finally:
-        await provider.aclose()
-        await index.close()
-        await pool.close()
 
 
 async def test_extraction_recovers_after_failures_and_completes_once(postgres, embedder, fake_llm, tmp_path):
     fake_llm.script(FakeReply.status(503), FakeReply.malformed())
     fake_llm.default = FakeReply.json({"facts": [{"content": "Quinn restores motorbikes", "confidence": 0.9}],
                                        "entities": [], "category": "hobbies", "tags": []})
-    dsn = await new_database(postgres)
-    pool = await db.create_pool(dsn, min_size=1, max_size=4)
-    index = EdgeIndex(tmp_path / "shard")
-    await index.ensure(vector_name=embedder.name, dim=embedder.dim)
-    provider = OllamaProvider(url=fake_llm.url, model="llama3.2:3b", timeout_s=5)
-    try:
-        job_id = await _saved_memory(pool)
-        async with await WorkflowEnvironment.start_time_skipping(
-            test_server_existing_path=str(TEST_SERVER), data_converter=pydantic_data_converter,
-        ) as env:
-            activities = RememberActivities(pool, index, embedder, [provider], identity="test")
-            async with Worker(env.client, task_queue="tq", workflows=[RememberWorkflow],
-                              activities=activities.all()):
-                handle = await env.client.start_workflow(
-                    RememberWorkflow.run,
-                    RememberInput(job_id=job_id, max_attempts=8, backoff_initial_s=30, backoff_max_s=600,
-                                  extract_timeout_s=10),
-                    id=jobs.workflow_id_for(job_id), task_queue="tq",
-                )
-                assert await handle.execute_update(RememberWorkflow.first_pass) == "raw_saved"
-                result = await handle.result()
-                history = await handle.fetch_history()
+    async with _pipeline_on_time_skipping_server(postgres, embedder, tmp_path, fake_llm.url) as (pool, job_id, handle):
+        assert await handle.execute_update(RememberWorkflow.first_pass) == "raw_saved"
+        result = await handle.result()
+        history = await handle.fetch_history()
         assert result.status == "done" and result.attempts == 3
         job = await jobs.get(pool, job_id)
         assert job.status == "done" and job.outcome == "raw_saved" and job.attempt_count == 3
         assert await pool.fetchval("SELECT count(*) FROM memory_history WHERE event = 'UPDATE'") == 1
         assert await pool.fetchval("SELECT extraction_status FROM memories") == "done"
         _record(history, "remember_recovered")
-    finally:
-        await provider.aclose()
-        await index.close()
-        await pool.close()
 
 
 def _record(history: WorkflowHistory, name: str) -> None:
