@@ -19,6 +19,28 @@ CREATE TABLE api_keys (
 CREATE UNIQUE INDEX api_keys_key_hash_key ON public.api_keys USING btree (key_hash);
 CREATE UNIQUE INDEX api_keys_pkey ON public.api_keys USING btree (id);
 
+CREATE TABLE bm25_scope_stats (
+    scope_key text NOT NULL,
+    user_id text,
+    agent_id text,
+    run_id text,
+    doc_count bigint NOT NULL DEFAULT 0,
+    total_len bigint NOT NULL DEFAULT 0,
+    CONSTRAINT bm25_scope_stats_pkey PRIMARY KEY (scope_key)
+);
+CREATE INDEX bm25_scope_stats_agent_idx ON public.bm25_scope_stats USING btree (agent_id);
+CREATE UNIQUE INDEX bm25_scope_stats_pkey ON public.bm25_scope_stats USING btree (scope_key);
+CREATE INDEX bm25_scope_stats_run_idx ON public.bm25_scope_stats USING btree (run_id);
+CREATE INDEX bm25_scope_stats_user_idx ON public.bm25_scope_stats USING btree (user_id);
+
+CREATE TABLE bm25_term_stats (
+    scope_key text NOT NULL,
+    term text NOT NULL,
+    df bigint NOT NULL,
+    CONSTRAINT bm25_term_stats_pkey PRIMARY KEY (scope_key, term)
+);
+CREATE UNIQUE INDEX bm25_term_stats_pkey ON public.bm25_term_stats USING btree (scope_key, term);
+
 CREATE TABLE entities (
     id uuid NOT NULL,
     user_id text,

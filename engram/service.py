@@ -126,6 +126,7 @@ class MemoryService:
                     )
                     if await repo.insert_if_new(conn, new):
                         await repo.insert_postings(conn, memory_id, req.scope, tf)
+                        await repo.add_to_bm25_stats(conn, req.scope, tf, length)
                         await repo.insert_history(
                             conn, memory_id=memory_id, event="ADD", version=1, actor_type="api",
                             actor_id=principal.id, new_content=req.content, new_metadata=req.metadata,

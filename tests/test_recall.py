@@ -172,3 +172,25 @@ async def test_unknown_route_uses_the_error_contract(app):
     response = await app.get("/api/nothing-here")
     assert response.status_code == 404
     assert response.json()["error"]["type"] == "not_found"
+
+
+async def test_bm25_statistics_are_kept_incrementally_by_the_write_path(app):
+    await _load(app, scope={"user_id": "alice"})
+    await _load(app, scope={"user_id": "alice", "agent_id": "x"})
+    await app.remember(CORPUS[0], scope={"user_id": "alice"}, mode="async")  # a duplicate counts once
+    recount = await app.pool.fetch(
+        "SELECT scope_key, count(*) AS n, sum(token_count) AS len FROM memories WHERE NOT is_deleted GROUP BY 1")
+    stats = await app.pool.fetch("SELECT scope_key, doc_count AS n, total_len AS len FROM bm25_scope_stats")
+    assert sorted(map(tuple, recount)) == sorted(map(tuple, stats))
+    df_recount = await app.pool.fetch(
+        "SELECT m.scope_key, t.term, count(*) AS df FROM memory_terms t JOIN memories m ON m.id = t.memory_id"
+        " GROUP BY 1, 2")
+    df_stats = await app.pool.fetch("SELECT scope_key, term, df FROM bm25_term_stats")
+    assert sorted(map(tuple, df_recount)) == sorted(map(tuple, df_stats))
+    # A user-wide search sums both exact scopes: N = 12, df("ramen") = 2.
+    hit = (await app.search("ramen", scope={"user_id": "alice"}))[0]
+    doclen = await app.count("SELECT token_count FROM memories WHERE id = $1", uuid.UUID(hit["memory"]["id"]))
+    avgdl = sum(r["len"] for r in stats) / sum(r["n"] for r in stats)
+    k1, b = app.settings.bm25_k1, app.settings.bm25_b
+    expected = math.log(1 + (12 - 2 + 0.5) / 2.5) * (k1 + 1) / (1 + k1 * (1 - b + b * doclen / avgdl))
+    assert hit["components"]["bm25"] == pytest.approx(expected, rel=1e-6)

@@ -161,6 +161,31 @@ async def list_page(
     return [row_to_memory(r) for r in rows]
 
 
+async def add_to_bm25_stats(conn: asyncpg.Connection, scope: Scope, tf: dict[str, int], length: int) -> None:
+    """Count a new live memory in its exact scope's BM25 statistics (same transaction as the insert).
+
+    The scope row is updated first and terms in sorted order, so concurrent writers to one
+    scope queue on that row instead of deadlocking on term rows.
+    """
+    await conn.execute(
+        """
+        INSERT INTO bm25_scope_stats (scope_key, user_id, agent_id, run_id, doc_count, total_len)
+        VALUES ($1, $2, $3, $4, 1, $5)
+        ON CONFLICT (scope_key) DO UPDATE SET doc_count = bm25_scope_stats.doc_count + 1,
+            total_len = bm25_scope_stats.total_len + EXCLUDED.total_len
+        """,
+        scope.key, scope.user_id, scope.agent_id, scope.run_id, length,
+    )
+    if tf:
+        await conn.execute(
+            """
+            INSERT INTO bm25_term_stats (scope_key, term, df) SELECT $1, term, 1 FROM unnest($2::text[]) AS term
+            ON CONFLICT (scope_key, term) DO UPDATE SET df = bm25_term_stats.df + 1
+            """,
+            scope.key, sorted(tf),
+        )
+
+
 async def bm25_scores(
     pool: asyncpg.Pool, scope: Scope, filters: Filters, terms: list[str], *,
     k1: float, b: float, limit: int, also_ids: list[UUID],
@@ -168,31 +193,34 @@ async def bm25_scores(
     """Okapi BM25 of each memory in `scope` that holds a query term: the top `limit`,
     plus the scores of `also_ids` (0 when they hold no term).
 
-    N and the average length count the scope's live memories; df counts the scope's postings.
-    Each distinct query term counts once; IDF = ln(1 + (N - df + 0.5) / (df + 0.5)).
+    N, the average length and each term's df come from the statistics of the exact scopes
+    inside `scope` (live memories). Each distinct query term counts once;
+    IDF = ln(1 + (N - df + 0.5) / (df + 0.5)).
     """
     if not terms:
         return {}
     where_t = Where([sorted(set(terms)), k1, b, limit, also_ids])
     where_t.add_raw("t.term = ANY($1::text[])")
     where_t.scope(scope, "t")
-    scope_sql_t = where_t.sql()
-    where_m = Where(where_t.params)
-    where_m.scope(scope, "s")
-    where_m.add_raw("NOT s.is_deleted")
-    stats_sql = where_m.sql()
-    where_f = Where(where_m.params)
+    where_s = Where(where_t.params)
+    where_s.scope(scope, "s")
+    where_f = Where(where_s.params)
     filters.apply(where_f)
     rows = await pool.fetch(
         f"""
-        WITH stats AS (
-            SELECT count(*)::float8 AS n, coalesce(avg(s.token_count), 1)::float8 AS avgdl
-            FROM memories s WHERE {stats_sql}
+        WITH scopes AS (
+            SELECT s.scope_key, s.doc_count, s.total_len FROM bm25_scope_stats s WHERE {where_s.sql()}
+        ), stats AS (
+            SELECT coalesce(sum(doc_count), 0)::float8 AS n,
+                   coalesce(sum(total_len), 0)::float8 / greatest(coalesce(sum(doc_count), 0), 1) AS avgdl
+            FROM scopes
         ), df AS (
-            SELECT t.term, count(*)::float8 AS df FROM memory_terms t WHERE {scope_sql_t} GROUP BY t.term
+            SELECT ts.term, sum(ts.df)::float8 AS df
+            FROM bm25_term_stats ts JOIN scopes USING (scope_key)
+            WHERE ts.term = ANY($1::text[]) GROUP BY ts.term
         ), scored AS (
             SELECT t.memory_id,
-                   sum(ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))
+                   sum(ln(1 + greatest(stats.n - df.df + 0.5, 0) / (df.df + 0.5))
                        * t.tf * ($2::float8 + 1)
                        / (t.tf + $2::float8 * (1 - $3::float8 + $3::float8 * m.token_count / greatest(stats.avgdl, 1))))
                        AS score
@@ -200,7 +228,7 @@ async def bm25_scores(
             JOIN df ON df.term = t.term
             JOIN memories m ON m.id = t.memory_id
             CROSS JOIN stats
-            WHERE {scope_sql_t} AND {where_f.sql()}
+            WHERE {where_t.sql()} AND {where_f.sql()}
             GROUP BY t.memory_id
         )
         (SELECT memory_id, score FROM scored ORDER BY score DESC LIMIT $4)
