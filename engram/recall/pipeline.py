@@ -68,7 +68,7 @@ class Recall:
         explain = Explain()
         depth = max(s.search_candidates, opts.limit, opts.rerank_top_n if opts.rerank else 0)
         t = time.perf_counter()
-        query_vector = (await self._embedder.embed([query]))[0]
+        query_vector = await self._embedder.embed_query(query)
         t = explain.stage("embed_query", t, model=self._embedder.name)
         dense = await candidates.dense(self._index, query_vector, scope, filters, depth)
         t = explain.stage("dense", t, index=self._index.name, hits=len(dense))
