@@ -48,3 +48,10 @@ class ConfigError(EngramError):
 
 class ModelFileMismatch(ConfigError):
     type = "model_file_mismatch"
+
+
+class EmbeddingUnavailable(EngramError):
+    """The embedding model could not embed (a remote embedder down or answering badly)."""
+
+    type = "embedding_unavailable"
+    http_status = 503

@@ -41,9 +41,13 @@ class Settings(BaseSettings):
     qdrant_api_key: str = ""
     qdrant_collection: str = "engram_memories"
 
-    # Embeddings: the local ONNX MiniLM (no network).
-    embedding_model: Literal["all-MiniLM-L6-v2"] = "all-MiniLM-L6-v2"
+    # Embeddings: a local int8 ONNX model (no network) unless embedding_provider says otherwise.
+    embedding_model: Literal["all-MiniLM-L6-v2", "bge-small-en-v1.5"] = "all-MiniLM-L6-v2"
     embedding_threads: int = 2
+    # Or a remote embedder, held to local_only and provider_allowlist like the LLM providers.
+    embedding_provider: Literal["local", "ollama", "openai"] = "local"
+    ollama_embedding_model: str = "nomic-embed-text"
+    openai_embedding_model: str = "text-embedding-3-small"
 
     # LLM providers: preferred, then secondary, then none (raw save).
     llm_provider: ProviderName = "ollama"

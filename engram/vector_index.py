@@ -8,6 +8,7 @@ Postgres holds the canonical embeddings, so either index can be rebuilt from it.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,6 +19,11 @@ from uuid import UUID
 from engram.models import Scope
 
 _KEYWORD_FIELDS = ("user_id", "agent_id", "run_id", "type", "tags", "who", "source_type")
+
+
+def vector_name(model: str) -> str:
+    """A Qdrant vector name for an embedding model: Qdrant refuses ':' (and Ollama tags have one)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", model)
 
 
 @dataclass(frozen=True)
@@ -82,8 +88,8 @@ class VectorIndex(Protocol):
 
     name: str
 
-    async def ensure(self, *, vector_name: str, dim: int) -> None:
-        """Create the collection and payload indexes if missing. Idempotent."""
+    async def ensure(self, *, model: str, dim: int) -> None:
+        """Create the collection and payload indexes for `model`'s vectors if missing. Idempotent."""
 
     async def upsert(self, points: list[IndexPoint]) -> None:
         """Insert or replace points by id."""
@@ -116,14 +122,14 @@ class EdgeIndex:
         self._vector_name = ""
         self._write_lock = threading.Lock()
 
-    async def ensure(self, *, vector_name: str, dim: int) -> None:
-        await asyncio.to_thread(self._open, vector_name, dim)
+    async def ensure(self, *, model: str, dim: int) -> None:
+        await asyncio.to_thread(self._open, model, dim)
 
-    def _open(self, vector_name: str, dim: int) -> None:
+    def _open(self, model: str, dim: int) -> None:
         import qdrant_edge as q
 
-        self._vector_name = vector_name
-        config = q.EdgeConfig(vectors={vector_name: q.EdgeVectorParams(size=dim, distance=q.Distance.Cosine)})
+        self._vector_name = name = vector_name(model)
+        config = q.EdgeConfig(vectors={name: q.EdgeVectorParams(size=dim, distance=q.Distance.Cosine)})
         if self._path.exists() and any(self._path.iterdir()):
             self._shard = q.EdgeShard.load(str(self._path), config)
             return
@@ -202,14 +208,14 @@ class QdrantServerIndex:
         self._collection = collection
         self._vector_name = ""
 
-    async def ensure(self, *, vector_name: str, dim: int) -> None:
+    async def ensure(self, *, model: str, dim: int) -> None:
         from qdrant_client import models as m
 
-        self._vector_name = vector_name
+        self._vector_name = name = vector_name(model)
         if await self._client.collection_exists(self._collection):
             return
         await self._client.create_collection(
-            self._collection, vectors_config={vector_name: m.VectorParams(size=dim, distance=m.Distance.COSINE)},
+            self._collection, vectors_config={name: m.VectorParams(size=dim, distance=m.Distance.COSINE)},
         )
         for name in _KEYWORD_FIELDS:
             await self._client.create_payload_index(self._collection, name, m.PayloadSchemaType.KEYWORD)

@@ -24,7 +24,7 @@ async def index(request, tmp_path):
         from qdrant_client import AsyncQdrantClient
 
         idx = QdrantServerIndex(AsyncQdrantClient(location=":memory:"), "contract")
-    await idx.ensure(vector_name="test-model", dim=DIM)
+    await idx.ensure(model="ollama:test-model:v1", dim=DIM)  # a name Qdrant would refuse as is
     yield idx
     await idx.close()
 
@@ -103,12 +103,12 @@ async def test_upsert_replaces_and_delete_removes(index):
 
 async def test_edge_shard_persists_across_reopen(tmp_path):
     first = EdgeIndex(tmp_path / "shard")
-    await first.ensure(vector_name="m", dim=DIM)
+    await first.ensure(model="m", dim=DIM)
     point = _point(1)
     await first.upsert([point])
     await first.close()
     again = EdgeIndex(tmp_path / "shard")
-    await again.ensure(vector_name="m", dim=DIM)
+    await again.ensure(model="m", dim=DIM)
     hits = await again.search(point.vector, IndexFilter(scope=Scope(user_id="u")), 1)
     assert [h.id for h in hits] == [point.id]
     await again.close()

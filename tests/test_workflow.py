@@ -57,7 +57,7 @@ async def _pipeline_on_time_skipping_server(postgres, embedder, tmp_path, provid
     dsn = await new_database(postgres)
     pool = await db.create_pool(dsn, min_size=1, max_size=4)
     index = EdgeIndex(tmp_path / "shard")
-    await index.ensure(vector_name=embedder.name, dim=embedder.dim)
+    await index.ensure(model=embedder.name, dim=embedder.dim)
     provider = OllamaProvider(url=provider_url, model="llama3.2:3b", timeout_s=5)
     try:
         job_id = await _saved_memory(pool)

@@ -23,11 +23,13 @@ from temporalio.worker import Worker
 from activities.remember import RememberActivities
 from engram import auth, db
 from engram.errors import ConfigError
-from engram.embedder import Embedder, minilm_files
+from engram.embedder import Embedder
 from engram.repositories import keys
+from engram.repositories import memories as repo
 from engram.providers import LLMProvider, build_provider_chain
 from engram.recall.pipeline import Recall
 from engram.recall.rerank import CrossEncoder, ms_marco_files
+from engram.remote_embedders import open_embedder
 from engram.service import MemoryService
 from engram.settings import Settings
 from engram.vector_index import EdgeIndex, QdrantServerIndex, VectorIndex
@@ -67,7 +69,7 @@ class Runtime:
         Raises ConfigError (bad provider settings, wrong model file) before anything starts.
         """
         providers = build_provider_chain(settings)
-        embedder = embedder or await asyncio.to_thread(Embedder.open, minilm_files(), threads=settings.embedding_threads)
+        embedder = embedder or await open_embedder(settings)
         if settings.rerank_model == "none":
             reranker = None
         elif reranker is None:
@@ -79,7 +81,8 @@ class Runtime:
                                     max_size=settings.postgres_pool_max)
         index = open_index(settings)
         try:
-            await index.ensure(vector_name=embedder.name, dim=embedder.dim)
+            await _check_embedding_model(pool, embedder.name)
+            await index.ensure(model=embedder.name, dim=embedder.dim)
         except BaseException:
             await pool.close()
             raise
@@ -110,6 +113,8 @@ class Runtime:
             await provider.aclose()
         await self.index.close()
         await self.pool.close()
+        if hasattr(self.embedder, "aclose"):
+            await self.embedder.aclose()
 
     async def install_admin_key(self, key: str, name: str = "dev") -> None:
         """Make `key` a valid admin key for every scope (idempotent): the first key of a deployment."""
@@ -146,6 +151,19 @@ class Runtime:
     async def _check_index(self) -> dict:
         count = await asyncio.wait_for(self.index.count(), 2)
         return {"ok": True, "detail": f"{self.index.name}, {count} points"}
+
+
+async def _check_embedding_model(pool: asyncpg.Pool, model: str) -> None:
+    """Refuse to serve with an embedder other than the one the stored memories were embedded
+    with: dense recall would silently miss all of them. Changing models needs a re-embed."""
+    others = {m: n for m, n in (await repo.embedding_models_in_use(pool)).items() if m != model}
+    if others:
+        found = ", ".join(f"{n} with {m}" for m, n in others.items())
+        raise ConfigError(
+            f"the embedder is {model}, but stored memories were embedded otherwise ({found}); "
+            "set ENGRAM_EMBEDDING_MODEL / ENGRAM_EMBEDDING_PROVIDER back: re-embedding into a new model "
+            "is not available yet"
+        )
 
 
 async def _connect_temporal(settings: Settings, *, lazy: bool, timeout_s: float = 60) -> Client:

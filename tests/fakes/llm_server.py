@@ -4,11 +4,17 @@ It runs uvicorn on 127.0.0.1 in a background thread, so the real `ollama` and `o
 client libraries reach it over real loopback HTTP. Chat requests are answered from a FIFO
 script of `FakeReply`s, then from `default`; every request is recorded.
 
+Embedding requests (`/api/embed`, `/v1/embeddings`) have their own script, so they never take
+a reply meant for a chat. Unscripted, they answer with `fake_embedding(text)`: a hashed bag of
+words, not normalised (as from a server that leaves that to the client), so texts sharing
+words point the same way. A model outside `embedding_models` gets the API's "not found" 404.
+
     with FakeLLMServer() as server:
         server.script(FakeReply.json({...}), FakeReply.status(500))
         OllamaProvider(url=server.url, ...)
         OpenAIProvider(base_url=server.openai_base_url, ...)
         server.requests[-1].body["messages"]
+        server.script_embeddings(FakeReply.status(500))
 
 Simulate a provider that is down by pointing a client at a closed port, not at this server.
 """
@@ -16,7 +22,10 @@ Simulate a provider that is down by pointing a client at a closed port, not at t
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
+import re
 import socket
 import threading
 import time
@@ -24,6 +33,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -33,6 +43,15 @@ from starlette.routing import Route
 CREATED_AT = "2025-01-01T00:00:00Z"
 CREATED = 1735689600
 EMPTY_EXTRACTION: dict[str, Any] = {"facts": [], "entities": [], "category": None, "tags": []}
+EMBEDDING_DIM = 64
+
+
+def fake_embedding(text: str) -> list[float]:
+    """Word counts hashed into EMBEDDING_DIM buckets: deterministic, and similar for texts sharing words."""
+    vector = [0.0] * EMBEDDING_DIM
+    for word in re.findall(r"\w+", text.lower()) or [text]:
+        vector[int.from_bytes(hashlib.sha256(word.encode()).digest()[:4], "big") % EMBEDDING_DIM] += 1.0
+    return vector
 
 
 @dataclass(frozen=True)
@@ -111,12 +130,18 @@ class RecordedRequest:
 class FakeLLMServer:
     """Scripted Ollama + OpenAI server on an OS-chosen loopback port. Thread-safe."""
 
-    def __init__(self, models: tuple[str, ...] = ("llama3.2:3b", "gpt-4o-mini")) -> None:
+    def __init__(
+        self,
+        models: tuple[str, ...] = ("llama3.2:3b", "gpt-4o-mini"),
+        embedding_models: tuple[str, ...] = ("nomic-embed-text", "text-embedding-3-small"),
+    ) -> None:
         self.models = list(models)
+        self.embedding_models = list(embedding_models)
         self.default = FakeReply.json(EMPTY_EXTRACTION)
         self.delay_all = 0.0
         self._lock = threading.Lock()
         self._script: deque[FakeReply] = deque()
+        self._embedding_script: deque[FakeReply] = deque()
         self._requests: list[RecordedRequest] = []
         self._stopping = threading.Event()
         self._server: uvicorn.Server | None = None
@@ -135,15 +160,25 @@ class FakeLLMServer:
     def chat_requests(self) -> list[RecordedRequest]:
         return [r for r in self.requests if r.path in ("/api/chat", "/v1/chat/completions")]
 
+    def embedding_requests(self) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.path in ("/api/embed", "/v1/embeddings")]
+
     def script(self, *replies: FakeReply) -> None:
         """Queue answers for the next chat requests, in order."""
         with self._lock:
             self._script.extend(replies)
 
+    def script_embeddings(self, *replies: FakeReply) -> None:
+        """Queue answers for the next embedding requests, in order. Only a reply's
+        `http_status`, `content` (the error message), `delay_s` and `raw_body` are used."""
+        with self._lock:
+            self._embedding_script.extend(replies)
+
     def reset(self) -> None:
-        """Forget the script, the recorded requests, the default and delay_all."""
+        """Forget both scripts, the recorded requests, the default and delay_all."""
         with self._lock:
             self._script.clear()
+            self._embedding_script.clear()
             self._requests.clear()
             self.default = FakeReply.json(EMPTY_EXTRACTION)
             self.delay_all = 0.0
@@ -151,6 +186,14 @@ class FakeLLMServer:
     def _next_reply(self) -> FakeReply:
         with self._lock:
             return self._script.popleft() if self._script else self.default
+
+    def _next_embedding_reply(self) -> FakeReply | None:
+        with self._lock:
+            return self._embedding_script.popleft() if self._embedding_script else None
+
+    def _embeddings(self, body: dict) -> list[list[float]]:
+        texts = body.get("input", "")
+        return [fake_embedding(t) for t in ([texts] if isinstance(texts, str) else texts)]
 
     async def _record(self, request: Request) -> Any:
         raw = await request.body()
@@ -211,6 +254,28 @@ class FakeLLMServer:
         await self._record(request)
         return JSONResponse({"version": "0.6.0"})
 
+    async def _ollama_embed(self, request: Request) -> Response:
+        body = await self._record(request) or {}
+        reply = self._next_embedding_reply() or FakeReply()
+        await self._sleep(self.delay_all + reply.delay_s)
+        if reply.raw_body is not None:
+            return PlainTextResponse(reply.raw_body)
+        if reply.http_status >= 400:
+            return JSONResponse({"error": reply.content}, status_code=reply.http_status)
+        model = body.get("model", "")
+        served = {m if ":" in m else f"{m}:latest" for m in self.embedding_models}
+        if (model if ":" in model else f"{model}:latest") not in served:
+            return JSONResponse({"error": f'model "{model}" not found, try pulling it first'}, status_code=404)
+        return JSONResponse(
+            {
+                "model": model,
+                "embeddings": self._embeddings(body),
+                "total_duration": 1_000_000,
+                "load_duration": 1_000,
+                "prompt_eval_count": 10,
+            }
+        )
+
     # -- OpenAI ---------------------------------------------------------------------------------
 
     async def _openai_chat(self, request: Request) -> Response:
@@ -242,6 +307,37 @@ class FakeLLMServer:
             }
         )
 
+    async def _openai_embeddings(self, request: Request) -> Response:
+        body = await self._record(request) or {}
+        reply = self._next_embedding_reply() or FakeReply()
+        await self._sleep(self.delay_all + reply.delay_s)
+        if reply.raw_body is not None:
+            return PlainTextResponse(reply.raw_body)
+        if reply.http_status >= 400:
+            error = {"message": reply.content, "type": "server_error", "param": None, "code": None}
+            return JSONResponse({"error": error}, status_code=reply.http_status)
+        model = body.get("model", "")
+        if model not in self.embedding_models:
+            error = {
+                "message": f"The model `{model}` does not exist or you do not have access to it.",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "model_not_found",
+            }
+            return JSONResponse({"error": error}, status_code=404)
+        vectors: list[Any] = self._embeddings(body)
+        if body.get("encoding_format") == "base64":
+            # The openai client asks for base64 (little-endian float32) unless told otherwise.
+            vectors = [base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode() for v in vectors]
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)],
+                "model": model,
+                "usage": {"prompt_tokens": 10, "total_tokens": 10},
+            }
+        )
+
     async def _openai_models(self, request: Request) -> Response:
         await self._record(request)
         await self._sleep(self.delay_all)
@@ -257,7 +353,9 @@ class FakeLLMServer:
                 Route("/api/chat", self._ollama_chat, methods=["POST"]),
                 Route("/api/tags", self._ollama_tags, methods=["GET"]),
                 Route("/api/version", self._ollama_version, methods=["GET"]),
+                Route("/api/embed", self._ollama_embed, methods=["POST"]),
                 Route("/v1/chat/completions", self._openai_chat, methods=["POST"]),
+                Route("/v1/embeddings", self._openai_embeddings, methods=["POST"]),
                 Route("/v1/models", self._openai_models, methods=["GET"]),
             ]
         )
