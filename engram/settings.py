@@ -42,7 +42,9 @@ class Settings(BaseSettings):
     qdrant_collection: str = "engram_memories"
 
     # Embeddings: a local int8 ONNX model (no network) unless embedding_provider says otherwise.
-    embedding_model: Literal["all-MiniLM-L6-v2", "bge-small-en-v1.5"] = "all-MiniLM-L6-v2"
+    # bge-small with stemmed BM25 and context expansion: R@10 .709 / nDCG@10 .534 on LoCoMo dev,
+    # against .695 / .523 with MiniLM (in-process, same fusion; see bench/README.md).
+    embedding_model: Literal["all-MiniLM-L6-v2", "bge-small-en-v1.5"] = "bge-small-en-v1.5"
     embedding_threads: int = 2
     # Or a remote embedder, held to local_only and provider_allowlist like the LLM providers.
     embedding_provider: Literal["local", "ollama", "openai"] = "local"

@@ -16,7 +16,7 @@ import pytest
 
 from api.http import create_app
 from engram import auth, db
-from engram.embedder import Embedder, minilm_files
+from engram.embedder import Embedder, model_files
 from engram.repositories import keys
 from engram.settings import Settings
 from tests.fakes.llm_server import FakeLLMServer
@@ -24,6 +24,7 @@ from worker.embedded import EmbeddedPostgres, EmbeddedTemporal, free_port
 from worker.runtime import Runtime
 
 TEMPLATE_DB = "engram_template"
+DEFAULT_MODEL = Settings.model_fields["embedding_model"].default
 
 
 @pytest.fixture(scope="session")
@@ -60,7 +61,7 @@ def temporal(tmp_root):
 
 @pytest.fixture(scope="session")
 def embedder() -> Embedder:
-    return Embedder.open(minilm_files(), threads=2)
+    return Embedder.open(model_files(DEFAULT_MODEL), threads=2)
 
 
 @pytest.fixture(scope="session")

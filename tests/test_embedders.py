@@ -128,7 +128,7 @@ async def test_allowlist_refuses_an_unlisted_host_before_sending_anything(kind, 
 async def test_local_provider_is_the_default_and_opens_the_onnx_model():
     assert Settings().embedding_provider == "local"
     embedder = await open_embedder(Settings(embedding_provider="local", embedding_threads=1))
-    assert isinstance(embedder, Embedder) and embedder.name == "all-MiniLM-L6-v2" and embedder.dim == 384
+    assert isinstance(embedder, Embedder) and embedder.name == "bge-small-en-v1.5" and embedder.dim == 384
 
 
 async def test_service_with_ollama_embedder_records_the_model_and_finds_the_memory(

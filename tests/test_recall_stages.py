@@ -11,6 +11,7 @@ import pytest
 from engram.embedder import Embedder, minilm_files
 from engram.errors import ModelFileMismatch
 from engram.recall.rerank import CrossEncoder, ms_marco_files
+from tests.conftest import DEFAULT_MODEL
 
 STAGES = ["embed_query", "dense", "bm25", "fetch", "fusion", "expansion"]
 
@@ -22,7 +23,7 @@ async def test_explain_shows_every_stage_with_its_timing(app):
     explain = response.json()["explain"]
     assert list(explain) == STAGES + ["rerank"]
     assert all(stage["ms"] >= 0 for stage in explain.values())
-    assert explain["embed_query"]["model"] == "all-MiniLM-L6-v2"
+    assert explain["embed_query"]["model"] == DEFAULT_MODEL
     assert explain["rerank"]["model"] == "ms-marco-MiniLM-L-12-v2" and explain["rerank"]["timed_out"] is False
     plain = await app.post("/api/memory/search", {"query": "bread", "scope": {"user_id": "r"}})
     assert plain.json()["explain"] is None
@@ -116,6 +117,7 @@ async def test_start_up_refuses_an_embedder_other_than_the_stored_memories_model
         settings = app.settings
     from worker.runtime import Runtime
 
-    other = settings.model_copy(update={"embedding_model": "bge-small-en-v1.5"})
-    with pytest.raises(ConfigError, match="1 with all-MiniLM-L6-v2"):
+    assert DEFAULT_MODEL != "all-MiniLM-L6-v2"
+    other = settings.model_copy(update={"embedding_model": "all-MiniLM-L6-v2"})
+    with pytest.raises(ConfigError, match=f"1 with {DEFAULT_MODEL}"):
         await Runtime.open(other)

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tests.conftest import closed_port_url, ollama_settings
+from tests.conftest import DEFAULT_MODEL, closed_port_url, ollama_settings
 from tests.fakes.llm_server import FakeReply
 
 FACTS = {"facts": [{"content": "Alice hikes in the Alps", "type": "fact", "confidence": 0.9}],
@@ -24,7 +24,7 @@ async def test_sync_mode_waits_for_extraction_and_records_it(make_app, fake_llm)
         assert memory["extracted"]["facts"][0]["content"] == "Alice hikes in the Alps"
         assert memory["category"] == "hobbies"
         assert memory["extraction_model"] == "llama3.2:3b"
-        assert memory["embedding_model"] == "all-MiniLM-L6-v2"
+        assert memory["embedding_model"] == DEFAULT_MODEL
         events = await app.pool.fetch(
             "SELECT event, actor_id, provider, model, prompt_version FROM memory_history WHERE memory_id = $1 ORDER BY id",
             __import__("uuid").UUID(answer["memory_id"]))
@@ -61,7 +61,7 @@ async def test_no_provider_configured_processes_without_extraction(app):
     assert answer["status"] == "processed"
     memory = (await app.get(f"/api/memory/{answer['memory_id']}")).json()
     assert memory["extraction_status"] == "skipped"
-    assert memory["embedding_model"] == "all-MiniLM-L6-v2"
+    assert memory["embedding_model"] == DEFAULT_MODEL
 
 
 async def test_provider_down_saves_raw_searchable_and_schedules_retries(make_app):
@@ -72,7 +72,7 @@ async def test_provider_down_saves_raw_searchable_and_schedules_retries(make_app
         assert any(w.startswith("provider_unavailable") for w in answer["warnings"])
         memory = (await app.get(f"/api/memory/{answer['memory_id']}")).json()
         assert memory["extraction_status"] == "unprocessed"
-        assert memory["embedding_model"] == "all-MiniLM-L6-v2"
+        assert memory["embedding_model"] == DEFAULT_MODEL
         hits = await app.search("food allergy")
         assert hits[0]["memory"]["id"] == answer["memory_id"]
         job = await app.wait_job(answer["job_id"], "retry_scheduled")
