@@ -13,11 +13,10 @@ import asyncpg
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from engram.embedder import Embedder
+from engram.embedding_spaces import EmbeddingSpaces
 from engram.providers import LLMProvider, ProviderChainError, extract_with_chain
 from engram.repositories import jobs
 from engram.repositories import memories as repo
-from engram.vector_index import IndexPoint, VectorIndex
 from workflows.models import (
     CompleteInput, ExtractOutput, GiveUpInput, LeaseInput, LeaseResult, MemoryRef, OutcomeInput, RetryInput,
 )
@@ -27,11 +26,10 @@ PIPELINE_ACTOR = "system:pipeline"
 
 
 class RememberActivities:
-    def __init__(self, pool: asyncpg.Pool, index: VectorIndex, embedder: Embedder,
-                 providers: list[LLMProvider], identity: str) -> None:
+    def __init__(self, pool: asyncpg.Pool, spaces: EmbeddingSpaces, providers: list[LLMProvider],
+                 identity: str) -> None:
         self._pool = pool
-        self._index = index
-        self._embedder = embedder
+        self._spaces = spaces
         self._providers = providers
         self._identity = identity
 
@@ -50,18 +48,12 @@ class RememberActivities:
 
     @activity.defn
     async def embed_and_index(self, inp: MemoryRef) -> None:
-        """Store the canonical embedding in Postgres, then upsert the point into the index."""
+        """Store the canonical embedding(s) in Postgres, then upsert the index point(s): the
+        active model's, and during a re-embed the target model's too."""
         memory = await repo.get(self._pool, inp.memory_id)
         if memory is None:
             raise ApplicationError(f"no memory {inp.memory_id}", type="MemoryNotFound", non_retryable=True)
-        vector = (await self._embedder.embed([memory.content]))[0]
-        async with self._pool.acquire() as conn:
-            await repo.store_embedding(conn, memory.id, vector, self._embedder.name)
-        await self._index.upsert([IndexPoint(
-            id=memory.id, vector=vector.tolist(), user_id=memory.user_id, agent_id=memory.agent_id,
-            run_id=memory.run_id, type=memory.type, tags=memory.tags, who=memory.who,
-            source_type=memory.source_type, created_at=memory.created_at, deleted=memory.is_deleted,
-        )])
+        await self._spaces.embed_memory(memory)
 
     @activity.defn
     async def extract(self, inp: MemoryRef) -> ExtractOutput:

@@ -78,11 +78,22 @@ def cmd_get(args) -> None:
     _print(_call("GET", f"/api/memory/{args.memory_id}"))
 
 
+def progress_bar(progress: dict, width: int = 30) -> str:
+    """`[#######.......]  700/1500  47%` for a job's {"done", "total"}."""
+    done, total = progress["done"], max(progress["total"], 1)
+    filled = width * min(done, total) // total
+    return f"[{'#' * filled}{'.' * (width - filled)}] {done:>7}/{progress['total']} {100 * done // total:>3}%"
+
+
 def cmd_jobs(args) -> None:
     job = _call("GET", f"/api/memory/jobs/{args.job_id}")
     while args.watch and job["status"] not in ("done", "dead"):
+        if job.get("progress"):
+            print("\r" + progress_bar(job["progress"]), end="", file=sys.stderr, flush=True)
         time.sleep(1)
         job = _call("GET", f"/api/memory/jobs/{args.job_id}")
+    if job.get("progress"):
+        print("\r" + progress_bar(job["progress"]), file=sys.stderr)
     _print(job)
 
 

@@ -152,7 +152,7 @@ class MemoryPage(BaseModel):
 
 class Job(BaseModel):
     id: UUID
-    memory_id: UUID
+    memory_id: UUID | None
     job_type: str
     status: str
     attempt_count: int
@@ -163,5 +163,6 @@ class Job(BaseModel):
     workflow_id: str
     workflow_started_at: datetime | None
     outcome: str | None
+    progress: dict[str, int] | None = None  # re-embed jobs: {"done", "total"}
     created_at: datetime
     updated_at: datetime

@@ -216,32 +216,40 @@ class OpenAIEmbedder(_RemoteEmbedder):
         await self._client.close()
 
 
-async def open_embedder(settings: Settings) -> TextEmbedder:
-    """The embedder `settings.embedding_provider` names, ready to use.
-
-    "local" loads the ONNX model off the event loop (ModelFileMismatch for a wrong file). A
-    remote one must pass local_only and provider_allowlist before any request is sent, then
-    embeds a probe text once to learn its dimension; each call is limited to llm_timeout_s.
-    Raises ConfigError for a URL those settings refuse, an empty model name, a non-positive
-    timeout, or a server that is unreachable or does not serve the model.
-    """
+def configured_model(settings: Settings) -> str:
+    """The embedding model the settings ask for, by the name memories record."""
     if settings.embedding_provider == "local":
-        return await asyncio.to_thread(Embedder.open, model_files(settings.embedding_model), threads=settings.embedding_threads)
+        return settings.embedding_model
+    if settings.embedding_provider == "ollama":
+        return f"ollama:{settings.ollama_embedding_model}"
+    return f"openai:{settings.openai_embedding_model}"
+
+
+async def open_embedder(settings: Settings, model: str | None = None) -> TextEmbedder:
+    """The embedder for `model` (a name memories record; default: the one the settings ask
+    for), ready to use. Naming an old model lets a re-embed keep it serving while it runs.
+
+    A local one loads off the event loop (ModelFileMismatch for a wrong file). A remote one
+    must pass local_only and provider_allowlist before any request is sent, then embeds a probe
+    text once to learn its dimension; each call is limited to llm_timeout_s. Raises ConfigError
+    for a URL those settings refuse, an empty model name, a non-positive timeout, or a server
+    that is unreachable or does not serve the model.
+    """
+    model = model or configured_model(settings)
+    provider, _, remote_model = model.partition(":") if ":" in model else ("local", "", model)
+    if provider == "local":
+        return await asyncio.to_thread(Embedder.open, model_files(model), threads=settings.embedding_threads)
     if settings.llm_timeout_s <= 0:
         raise ConfigError(f"llm_timeout_s must be positive, not {settings.llm_timeout_s}")
-    if settings.embedding_provider == "ollama":
-        if not settings.ollama_embedding_model:
-            raise ConfigError("the ollama embedder needs ENGRAM_OLLAMA_EMBEDDING_MODEL")
+    if not remote_model:
+        raise ConfigError(f"the {provider} embedder needs ENGRAM_{provider.upper()}_EMBEDDING_MODEL")
+    if provider == "ollama":
         _check_endpoint(settings, "ollama embedding", settings.ollama_url)
-        return await OllamaEmbedder.open(
-            url=settings.ollama_url, model=settings.ollama_embedding_model, timeout_s=settings.llm_timeout_s
-        )
-    if not settings.openai_embedding_model:
-        raise ConfigError("the openai embedder needs ENGRAM_OPENAI_EMBEDDING_MODEL")
+        return await OllamaEmbedder.open(url=settings.ollama_url, model=remote_model, timeout_s=settings.llm_timeout_s)
+    if provider != "openai":
+        raise ConfigError(f"unknown embedding model {model!r}")
     _check_endpoint(settings, "openai embedding", settings.openai_base_url)
     return await OpenAIEmbedder.open(
-        base_url=settings.openai_base_url,
-        api_key=settings.openai_api_key,
-        model=settings.openai_embedding_model,
+        base_url=settings.openai_base_url, api_key=settings.openai_api_key, model=remote_model,
         timeout_s=settings.llm_timeout_s,
     )

@@ -41,6 +41,17 @@ CREATE TABLE bm25_term_stats (
 );
 CREATE UNIQUE INDEX bm25_term_stats_pkey ON public.bm25_term_stats USING btree (scope_key, term);
 
+CREATE TABLE embedding_state (
+    id integer NOT NULL,
+    active_model text,
+    target_model text,
+    reembed_job uuid,
+    updated_at timestamp with time zone NOT NULL DEFAULT now(),
+    CONSTRAINT embedding_state_id_check CHECK ((id = 1)),
+    CONSTRAINT embedding_state_pkey PRIMARY KEY (id)
+);
+CREATE UNIQUE INDEX embedding_state_pkey ON public.embedding_state USING btree (id);
+
 CREATE TABLE entities (
     id uuid NOT NULL,
     user_id text,
@@ -121,6 +132,16 @@ CREATE INDEX memories_source_idx ON public.memories USING btree (source_type, so
 CREATE INDEX memories_type_idx ON public.memories USING btree (type);
 CREATE INDEX memories_user_idx ON public.memories USING btree (user_id, created_at);
 
+CREATE TABLE memory_embeddings (
+    memory_id uuid NOT NULL,
+    model text NOT NULL,
+    embedding vector NOT NULL,
+    created_at timestamp with time zone NOT NULL DEFAULT now(),
+    CONSTRAINT memory_embeddings_memory_id_fkey FOREIGN KEY (memory_id) REFERENCES memories(id) ON DELETE CASCADE,
+    CONSTRAINT memory_embeddings_pkey PRIMARY KEY (memory_id, model)
+);
+CREATE UNIQUE INDEX memory_embeddings_pkey ON public.memory_embeddings USING btree (memory_id, model);
+
 CREATE TABLE memory_entity_mentions (
     memory_id uuid NOT NULL,
     entity_id uuid NOT NULL,
@@ -159,7 +180,7 @@ CREATE UNIQUE INDEX memory_history_pkey ON public.memory_history USING btree (id
 
 CREATE TABLE memory_jobs (
     id uuid NOT NULL,
-    memory_id uuid NOT NULL,
+    memory_id uuid,
     job_type text NOT NULL,
     payload jsonb NOT NULL DEFAULT '{}'::jsonb,
     status text NOT NULL DEFAULT 'pending'::text,

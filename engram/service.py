@@ -223,7 +223,9 @@ class MemoryService:
     async def job(self, principal: auth.Principal, job_id: UUID) -> Job:
         principal.require("read")
         job = await jobs.get(self._pool, job_id)
-        memory = await repo.get(self._pool, job.memory_id) if job else None
+        if job is not None and job.memory_id is None and principal.may("admin"):
+            return job  # a service-wide job (a re-embed): admins only
+        memory = await repo.get(self._pool, job.memory_id) if job and job.memory_id else None
         if job is None or memory is None or not principal.may_touch(_scope_of(memory)):
             raise NotFound(f"no job {job_id}")
         return job

@@ -46,6 +46,8 @@ class Settings(BaseSettings):
     # against .695 / .523 with MiniLM (in-process, same fusion; see bench/README.md).
     embedding_model: Literal["all-MiniLM-L6-v2", "bge-small-en-v1.5"] = "bge-small-en-v1.5"
     embedding_threads: int = 2
+    # Changing the model re-embeds every memory in batches of this size (a ReembedWorkflow).
+    reembed_batch_size: int = 64
     # Or a remote embedder, held to local_only and provider_allowlist like the LLM providers.
     embedding_provider: Literal["local", "ollama", "openai"] = "local"
     ollama_embedding_model: str = "nomic-embed-text"

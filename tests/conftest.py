@@ -185,9 +185,11 @@ def make_app(postgres, temporal, embedder, reranker, tmp_path):
 
     @contextlib.asynccontextmanager
     async def factory(**overrides):
-        dsn = await new_database(postgres)
+        """Overrides are settings; `postgres_dsn` and `data_dir` reopen an earlier app's state."""
+        dsn = overrides.pop("postgres_dsn", None) or await new_database(postgres)
+        data_dir = overrides.pop("data_dir", None) or tmp_path / uuid.uuid4().hex[:6]
         overrides.setdefault("temporal_address", temporal.address)
-        settings = app_settings(tmp_path / uuid.uuid4().hex[:6], dsn, **overrides)
+        settings = app_settings(data_dir, dsn, **overrides)
         async with running_app(settings, embedder, reranker) as app:
             yield app
 

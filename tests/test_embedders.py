@@ -140,7 +140,7 @@ async def test_service_with_ollama_embedder_records_the_model_and_finds_the_memo
     )
     # embedder=None: the runtime opens the embedder the settings name.
     async with running_app(settings, embedder=None, reranker=reranker) as app:
-        assert app.runtime.embedder.name == "ollama:nomic-embed-text"
+        assert app.runtime.spaces.models == ["ollama:nomic-embed-text"]
         # The first embedding call fails; Temporal retries the activity.
         fake_llm.script_embeddings(FakeReply.status(500))
         answer = await app.remember("Erin keeps bees on her rooftop", mode="async")

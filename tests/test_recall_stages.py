@@ -108,16 +108,3 @@ def test_a_model_file_with_the_wrong_hash_stops_start_up_with_a_clear_message():
     with pytest.raises(ModelFileMismatch, match="ms-marco-MiniLM-L-12-v2"):
         CrossEncoder.open(dataclasses.replace(ms_marco_files(), sha256="f" * 64))
 
-
-async def test_start_up_refuses_an_embedder_other_than_the_stored_memories_model(make_app):
-    from engram.errors import ConfigError
-
-    async with make_app() as app:
-        await app.remember("Yara paints watercolours", mode="sync")
-        settings = app.settings
-    from worker.runtime import Runtime
-
-    assert DEFAULT_MODEL != "all-MiniLM-L6-v2"
-    other = settings.model_copy(update={"embedding_model": "all-MiniLM-L6-v2"})
-    with pytest.raises(ConfigError, match=f"1 with {DEFAULT_MODEL}"):
-        await Runtime.open(other)

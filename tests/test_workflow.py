@@ -19,11 +19,14 @@ from activities.remember import RememberActivities
 from engram import db
 from engram.models import RememberRequest, Scope
 from engram.repositories import jobs
+from engram.embedding_spaces import EmbeddingSpaces, Space
+from engram.repositories import embeddings
 from engram.vector_index import EdgeIndex
 from tests.conftest import closed_port_url, new_database
 from tests.fakes.llm_server import FakeReply
 from engram.providers import OllamaProvider
 from workflows.models import RememberInput
+from workflows.reembed import ReembedWorkflow
 from workflows.remember import RememberWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -58,13 +61,16 @@ async def _pipeline_on_time_skipping_server(postgres, embedder, tmp_path, provid
     pool = await db.create_pool(dsn, min_size=1, max_size=4)
     index = EdgeIndex(tmp_path / "shard")
     await index.ensure(model=embedder.name, dim=embedder.dim)
+    async with pool.acquire() as conn:
+        await embeddings.claim_active(conn, embedder.name)
+    spaces = EmbeddingSpaces(pool, {embedder.name: Space(embedder, index)}, active=embedder.name)
     provider = OllamaProvider(url=provider_url, model="llama3.2:3b", timeout_s=5)
     try:
         job_id = await _saved_memory(pool)
         async with await WorkflowEnvironment.start_time_skipping(
             test_server_existing_path=str(TEST_SERVER), data_converter=pydantic_data_converter,
         ) as env:
-            activities = RememberActivities(pool, index, embedder, [provider], identity="test")
+            activities = RememberActivities(pool, spaces, [provider], identity="test")
             async with Worker(env.client, task_queue="tq", workflows=[RememberWorkflow],
                               activities=activities.all()):
                 handle = await env.client.start_workflow(
@@ -92,7 +98,7 @@ async def test_extraction_backs_off_exponentially_then_gives_up(postgres, embedd
         assert job.status == "dead" and job.attempt_count == 8 and job.last_error_code == "ProviderUnavailable"
         row = await pool.fetchrow("SELECT extraction_status, embedding_model FROM memories")
         assert dict(row) == {"extraction_status": "failed", "embedding_model": embedder.name}
-        _record(history, "remember_backoff_dead")
+        record_history(history, "remember_backoff_dead")
 
 
 async def test_extraction_recovers_after_failures_and_completes_once(postgres, embedder, fake_llm, tmp_path):
@@ -108,10 +114,10 @@ async def test_extraction_recovers_after_failures_and_completes_once(postgres, e
         assert job.status == "done" and job.outcome == "raw_saved" and job.attempt_count == 3
         assert await pool.fetchval("SELECT count(*) FROM memory_history WHERE event = 'UPDATE'") == 1
         assert await pool.fetchval("SELECT extraction_status FROM memories") == "done"
-        _record(history, "remember_recovered")
+        record_history(history, "remember_recovered")
 
 
-def _record(history: WorkflowHistory, name: str) -> None:
+def record_history(history: WorkflowHistory, name: str) -> None:
     """Keep one history per path through the workflow; recorded once, then replayed forever.
     Delete a file only when a deliberate, versioned change to the workflow makes it obsolete."""
     path = HISTORIES / f"{name}.json"
@@ -123,5 +129,5 @@ def _record(history: WorkflowHistory, name: str) -> None:
 @pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.stem)
 async def test_recorded_histories_replay_deterministically(path):
     history = WorkflowHistory.from_json(path.stem, path.read_text())
-    replayer = Replayer(workflows=[RememberWorkflow], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[RememberWorkflow, ReembedWorkflow], data_converter=pydantic_data_converter)
     await replayer.replay_workflow(history)

@@ -20,40 +20,44 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
+from activities.reembed import ReembedActivities
 from activities.remember import RememberActivities
 from engram import auth, db
 from engram.errors import ConfigError
 from engram.embedder import Embedder
-from engram.repositories import keys
-from engram.repositories import memories as repo
+from engram.repositories import embeddings, jobs, keys
 from engram.providers import LLMProvider, build_provider_chain
 from engram.recall.pipeline import Recall
 from engram.recall.rerank import CrossEncoder, ms_marco_files
-from engram.remote_embedders import open_embedder
+from engram.embedding_spaces import EmbeddingSpaces, Space
+from engram.remote_embedders import configured_model, open_embedder
 from engram.service import MemoryService
 from engram.settings import Settings
-from engram.vector_index import EdgeIndex, QdrantServerIndex, VectorIndex
+from engram.vector_index import EdgeIndex, QdrantServerIndex, VectorIndex, vector_name
 from workflows.client import TemporalPipeline, dispatch_forever
+from workflows.reembed import ReembedWorkflow
 from workflows.remember import RememberWorkflow
 
 log = logging.getLogger(__name__)
 
 
-def open_index(settings: Settings) -> VectorIndex:
+def open_index(settings: Settings, model: str) -> VectorIndex:
+    """The vector index of one embedding model: a collection (or shard directory) per model,
+    so a re-embed fills a new one while the old one serves."""
+    name = f"{settings.qdrant_collection}__{vector_name(model)}"
     if settings.qdrant_url:
         from qdrant_client import AsyncQdrantClient
 
         client = AsyncQdrantClient(url=settings.qdrant_url, api_key=settings.qdrant_api_key or None)
-        return QdrantServerIndex(client, settings.qdrant_collection)
-    return EdgeIndex(settings.data_dir / "qdrant" / settings.qdrant_collection)
+        return QdrantServerIndex(client, name)
+    return EdgeIndex(settings.data_dir / "qdrant" / name)
 
 
 @dataclass
 class Runtime:
     settings: Settings
     pool: asyncpg.Pool
-    index: VectorIndex
-    embedder: Embedder
+    spaces: EmbeddingSpaces
     providers: list[LLMProvider]
     client: Client
     service: MemoryService
@@ -66,10 +70,12 @@ class Runtime:
                    run_worker: bool = True, run_dispatcher: bool = True) -> "Runtime":
         """Connect everything and, if asked, start the worker and the dispatcher.
 
-        Raises ConfigError (bad provider settings, wrong model file) before anything starts.
+        If the stored memories were embedded with another model than the settings ask for, a
+        re-embed job is created (once) and the old model keeps serving until it switches.
+        Raises ConfigError (bad provider settings, wrong model file, a conflicting re-embed)
+        before anything starts.
         """
         providers = build_provider_chain(settings)
-        embedder = embedder or await open_embedder(settings)
         if settings.rerank_model == "none":
             reranker = None
         elif reranker is None:
@@ -79,20 +85,29 @@ class Runtime:
         await db.migrate(settings.postgres_dsn, backup_dir=settings.data_dir / "backups", pg_dump=_pg_dump())
         pool = await db.create_pool(settings.postgres_dsn, min_size=settings.postgres_pool_min,
                                     max_size=settings.postgres_pool_max)
-        index = open_index(settings)
         try:
-            await _check_embedding_model(pool, embedder.name)
-            await index.ensure(model=embedder.name, dim=embedder.dim)
+            wanted = configured_model(settings)
+            state = await _plan_models(pool, settings, wanted)
+            loaded = {embedder.name: embedder} if embedder is not None else {}
+            spaces = {}
+            for model in dict.fromkeys(m for m in (state.active, state.target) if m):
+                model_embedder = loaded.get(model) or await open_embedder(settings, model)
+                index = open_index(settings, model)
+                await index.ensure(model=model, dim=model_embedder.dim)
+                spaces[model] = Space(model_embedder, index)
+            embedding_spaces = EmbeddingSpaces(pool, spaces, active=state.active)
         except BaseException:
             await pool.close()
             raise
         pipeline = TemporalPipeline(client, pool, settings)
-        service = MemoryService(settings, pool, Recall(settings, pool, index, embedder, reranker), pipeline)
-        rt = cls(settings, pool, index, embedder, providers, client, service)
+        service = MemoryService(settings, pool, Recall(settings, pool, embedding_spaces, reranker), pipeline)
+        rt = cls(settings, pool, embedding_spaces, providers, client, service)
         if run_worker:
-            activities = RememberActivities(pool, index, embedder, providers, identity=_identity())
-            rt.worker = Worker(client, task_queue=settings.temporal_task_queue, workflows=[RememberWorkflow],
-                               activities=activities.all())
+            remember = RememberActivities(pool, embedding_spaces, providers, identity=_identity())
+            reembed = ReembedActivities(pool, embedding_spaces)
+            rt.worker = Worker(client, task_queue=settings.temporal_task_queue,
+                               workflows=[RememberWorkflow, ReembedWorkflow],
+                               activities=remember.all() + reembed.all())
             rt.tasks.append(asyncio.create_task(rt.worker.run(), name="temporal-worker"))
         if run_dispatcher:
             rt.tasks.append(asyncio.create_task(
@@ -111,10 +126,8 @@ class Runtime:
         await asyncio.gather(*self.tasks, return_exceptions=True)
         for provider in self.providers:
             await provider.aclose()
-        await self.index.close()
+        await self.spaces.close()
         await self.pool.close()
-        if hasattr(self.embedder, "aclose"):
-            await self.embedder.aclose()
 
     async def install_admin_key(self, key: str, name: str = "dev") -> None:
         """Make `key` a valid admin key for every scope (idempotent): the first key of a deployment."""
@@ -132,7 +145,7 @@ class Runtime:
         state = {}
         for name, result in zip(names, results):
             state[name] = {"ok": False, "detail": repr(result)} if isinstance(result, BaseException) else result
-        state["embedder"] = {"ok": True, "detail": self.embedder.name}
+        state["embedder"] = {"ok": True, "detail": ", ".join(self.spaces.models)}
         probes = await asyncio.gather(*(p.probe() for p in self.providers))
         state["providers"] = {
             "ok": True,  # An unreachable LLM degrades remember to a raw save; it never blocks readiness.
@@ -149,21 +162,38 @@ class Runtime:
         return {"ok": True, "detail": self.settings.temporal_address}
 
     async def _check_index(self) -> dict:
-        count = await asyncio.wait_for(self.index.count(), 2)
-        return {"ok": True, "detail": f"{self.index.name}, {count} points"}
+        model, space = await self.spaces.active()
+        count = await asyncio.wait_for(space.index.count(), 2)
+        return {"ok": True, "detail": f"{space.index.name} ({model}), {count} points"}
 
 
-async def _check_embedding_model(pool: asyncpg.Pool, model: str) -> None:
-    """Refuse to serve with an embedder other than the one the stored memories were embedded
-    with: dense recall would silently miss all of them. Changing models needs a re-embed."""
-    others = {m: n for m, n in (await repo.embedding_models_in_use(pool)).items() if m != model}
-    if others:
-        found = ", ".join(f"{n} with {m}" for m, n in others.items())
-        raise ConfigError(
-            f"the embedder is {model}, but stored memories were embedded otherwise ({found}); "
-            "set ENGRAM_EMBEDDING_MODEL / ENGRAM_EMBEDDING_PROVIDER back: re-embedding into a new model "
-            "is not available yet"
-        )
+async def _plan_models(pool: asyncpg.Pool, settings: Settings, wanted: str) -> embeddings.EmbeddingState:
+    """Which models this process must hold. A fresh database takes `wanted`; a database
+    embedded with another model starts (once) a re-embed job towards `wanted`, which the
+    dispatcher hands to a ReembedWorkflow."""
+    async with pool.acquire() as conn:
+        async with conn.transaction():
+            await embeddings.claim_active(conn, wanted)
+            state = await embeddings.state(conn, lock="FOR UPDATE")
+            if state.active == wanted and state.target is None:
+                return state
+            if state.target not in (None, wanted):
+                raise ConfigError(
+                    f"a re-embed from {state.active} to {state.target} is running (job {state.reembed_job}); "
+                    f"set ENGRAM_EMBEDDING_MODEL to {state.target} or wait for it to finish")
+            if state.active == wanted:
+                raise ConfigError(
+                    f"a re-embed to {state.target} is running (job {state.reembed_job}); set the settings to "
+                    f"{state.target} until it finishes")
+            if state.target is None:
+                job_id = uuid.uuid4()
+                await jobs.insert(conn, job_id=job_id, memory_id=None, job_type="reembed", max_attempts=1,
+                                  payload={"target": wanted, "from": state.active})
+                await embeddings.begin_reembed(conn, wanted, job_id)
+                log.warning("re-embedding every memory", extra={"from": state.active, "to": wanted,
+                                                                "job_id": str(job_id)})
+                state = await embeddings.state(conn)
+            return state
 
 
 async def _connect_temporal(settings: Settings, *, lazy: bool, timeout_s: float = 60) -> Client:

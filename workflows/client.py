@@ -18,7 +18,8 @@ from temporalio.service import RPCError
 
 from engram.repositories import jobs
 from engram.settings import Settings
-from workflows.models import RememberInput
+from workflows.models import ReembedInput, RememberInput
+from workflows.reembed import ReembedWorkflow
 from workflows.remember import RememberWorkflow
 
 log = logging.getLogger(__name__)
@@ -53,8 +54,17 @@ class TemporalPipeline:
         if not from_dispatcher and loop.time() < self._down_until:
             return False
         try:
+            kind = await jobs.payload_of(self._pool, job_id)
+            if kind is None:
+                return False
+            job_type, payload = kind
+            if job_type == "reembed":
+                run, arg = ReembedWorkflow.run, ReembedInput(job_id=job_id, target=payload["target"],
+                                                             batch_size=self._settings.reembed_batch_size)
+            else:
+                run, arg = RememberWorkflow.run, self._input(job_id)
             await asyncio.wait_for(self._client.start_workflow(
-                RememberWorkflow.run, self._input(job_id), id=jobs.workflow_id_for(job_id),
+                run, arg, id=jobs.workflow_id_for(job_id, job_type),
                 task_queue=self._settings.temporal_task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,

@@ -76,3 +76,28 @@ class GiveUpInput(BaseModel):
     memory_id: UUID
     error: str
     code: str
+
+
+class ReembedInput(BaseModel):
+    job_id: UUID
+    target: str
+    batch_size: int = 64
+    batches_per_run: int = 200
+
+
+class ReembedBatchInput(BaseModel):
+    job_id: UUID
+    target: str
+    batch_size: int
+
+
+class ReembedStep(BaseModel):
+    embedded: int
+    done: int
+    total: int
+
+
+class ReembedResult(BaseModel):
+    job_id: UUID
+    target: str
+    total: int

@@ -14,13 +14,12 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from engram.embedder import Embedder
+from engram.embedding_spaces import EmbeddingSpaces
 from engram.models import Scope, ScoreComponents, SearchHit
 from engram.recall import candidates, expansion, fusion
 from engram.recall.rerank import Reranker
 from engram.repositories import memories as repo
 from engram.settings import Settings
-from engram.vector_index import VectorIndex
 
 
 @dataclass
@@ -45,12 +44,11 @@ class RecallOptions:
 class Recall:
     """Stateless apart from its clients; safe to share across requests."""
 
-    def __init__(self, settings: Settings, pool: asyncpg.Pool, index: VectorIndex, embedder: Embedder,
+    def __init__(self, settings: Settings, pool: asyncpg.Pool, spaces: EmbeddingSpaces,
                  reranker: Reranker | None) -> None:
         self._settings = settings
         self._pool = pool
-        self._index = index
-        self._embedder = embedder
+        self._spaces = spaces
         self._reranker = reranker
 
     @property
@@ -68,14 +66,15 @@ class Recall:
         explain = Explain()
         depth = max(s.search_candidates, opts.limit, opts.rerank_top_n if opts.rerank else 0)
         t = time.perf_counter()
-        query_vector = await self._embedder.embed_query(query)
-        t = explain.stage("embed_query", t, model=self._embedder.name)
-        dense = await candidates.dense(self._index, query_vector, scope, filters, depth)
-        t = explain.stage("dense", t, index=self._index.name, hits=len(dense))
+        model, space = await self._spaces.active()
+        query_vector = await space.embedder.embed_query(query)
+        t = explain.stage("embed_query", t, model=model)
+        dense = await candidates.dense(space.index, query_vector, scope, filters, depth)
+        t = explain.stage("dense", t, index=space.index.name, hits=len(dense))
         lexical = await candidates.lexical(self._pool, s, query, scope, filters, depth, list(dense))
         t = explain.stage("bm25", t, hits=sum(1 for v in lexical.values() if v > 0))
         ids = list(dict.fromkeys([*dense, *lexical]))
-        found = await candidates.rows(self._pool, ids, scope, filters, query_vector, self._embedder.name, lexical)
+        found = await candidates.rows(self._pool, ids, scope, filters, query_vector, model, lexical)
         t = explain.stage("fetch", t, candidates=len(found))
 
         fused, vector_norm, bm25_norm = fusion.fuse(found, s.rank_vector_weight, s.rank_bm25_weight)

@@ -11,33 +11,64 @@ import asyncpg
 from engram.models import Job
 
 _COLUMNS = """id, memory_id, job_type, status, attempt_count, max_attempts, next_attempt_at, last_error,
-    last_error_code, workflow_id, workflow_started_at, outcome, created_at, updated_at"""
+    last_error_code, workflow_id, workflow_started_at, outcome, created_at, updated_at,
+    CASE WHEN payload ? 'total' THEN jsonb_build_object('done', payload->'done', 'total', payload->'total')
+    END AS progress"""
 
 
-def workflow_id_for(job_id: UUID) -> str:
-    """The remember workflow's id: derived from the job, so a job can start at most one run."""
-    return f"remember-{job_id}"
+_WORKFLOW_PREFIX = {"extract": "remember", "reembed": "reembed"}
 
 
-async def insert(conn: asyncpg.Connection, *, job_id: UUID, memory_id: UUID, job_type: str, max_attempts: int,
-                 payload: dict) -> None:
+def workflow_id_for(job_id: UUID, job_type: str = "extract") -> str:
+    """The job's workflow id: derived from the job, so a job can start at most one run."""
+    return f"{_WORKFLOW_PREFIX[job_type]}-{job_id}"
+
+
+async def insert(conn: asyncpg.Connection, *, job_id: UUID, memory_id: UUID | None, job_type: str,
+                 max_attempts: int, payload: dict) -> None:
     await conn.execute(
         "INSERT INTO memory_jobs (id, memory_id, job_type, max_attempts, workflow_id, payload)"
         " VALUES ($1, $2, $3, $4, $5, $6)",
-        job_id, memory_id, job_type, max_attempts, workflow_id_for(job_id), json.dumps(payload),
+        job_id, memory_id, job_type, max_attempts, workflow_id_for(job_id, job_type), json.dumps(payload),
     )
+
+
+async def set_progress(pool: asyncpg.Pool, job_id: UUID, *, done: int, total: int) -> None:
+    await pool.execute(
+        """
+        UPDATE memory_jobs SET payload = payload || jsonb_build_object('done', $2::bigint, 'total', $3::bigint),
+            status = CASE WHEN status = 'pending' THEN 'leased' ELSE status END, updated_at = now()
+        WHERE id = $1
+        """,
+        job_id, done, total,
+    )
+
+
+async def payload_of(pool: asyncpg.Pool, job_id: UUID) -> tuple[str, dict] | None:
+    row = await pool.fetchrow("SELECT job_type, payload FROM memory_jobs WHERE id = $1", job_id)
+    if row is None:
+        return None
+    payload = row["payload"]
+    return row["job_type"], json.loads(payload) if isinstance(payload, str) else payload
+
+
+def _job(row: asyncpg.Record) -> Job:
+    data = dict(row)
+    if isinstance(data.get("progress"), str):
+        data["progress"] = json.loads(data["progress"])
+    return Job.model_validate(data)
 
 
 async def get(conn: asyncpg.Connection | asyncpg.Pool, job_id: UUID) -> Job | None:
     row = await conn.fetchrow(f"SELECT {_COLUMNS} FROM memory_jobs WHERE id = $1", job_id)
-    return Job.model_validate(dict(row)) if row else None
+    return _job(row) if row else None
 
 
 async def latest_for_memory(conn: asyncpg.Connection | asyncpg.Pool, memory_id: UUID) -> Job | None:
     row = await conn.fetchrow(
         f"SELECT {_COLUMNS} FROM memory_jobs WHERE memory_id = $1 ORDER BY created_at DESC LIMIT 1", memory_id,
     )
-    return Job.model_validate(dict(row)) if row else None
+    return _job(row) if row else None
 
 
 async def unstarted(pool: asyncpg.Pool, limit: int) -> list[UUID]:
@@ -64,7 +95,7 @@ async def lease(conn: asyncpg.Connection | asyncpg.Pool, job_id: UUID, owner: st
         UPDATE memory_jobs SET status = 'leased', attempt_count = attempt_count + 1, lease_owner = $2,
             lease_expires_at = $3, workflow_started_at = coalesce(workflow_started_at, now()), updated_at = now()
         WHERE id = $1 AND status NOT IN ('done', 'dead')
-        RETURNING {_COLUMNS}, payload
+        RETURNING memory_id, attempt_count, payload
         """,
         job_id, owner, until,
     )
