@@ -98,7 +98,7 @@ async def test_extraction_backs_off_exponentially_then_gives_up(postgres, embedd
         assert job.status == "dead" and job.attempt_count == 8 and job.last_error_code == "ProviderUnavailable"
         row = await pool.fetchrow("SELECT extraction_status, embedding_model FROM memories")
         assert dict(row) == {"extraction_status": "failed", "embedding_model": embedder.name}
-        record_history(history, "remember_backoff_dead")
+        record_history(history, "remember_fast_backoff_dead")
 
 
 async def test_extraction_recovers_after_failures_and_completes_once(postgres, embedder, fake_llm, tmp_path):
@@ -114,7 +114,7 @@ async def test_extraction_recovers_after_failures_and_completes_once(postgres, e
         assert job.status == "done" and job.outcome == "raw_saved" and job.attempt_count == 3
         assert await pool.fetchval("SELECT count(*) FROM memory_history WHERE event = 'UPDATE'") == 1
         assert await pool.fetchval("SELECT extraction_status FROM memories") == "done"
-        record_history(history, "remember_recovered")
+        record_history(history, "remember_fast_recovered")
 
 
 def record_history(history: WorkflowHistory, name: str) -> None:
