@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from datetime import datetime, timezone
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
@@ -22,6 +23,13 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)
+
+
+def log_outbound(logger: logging.Logger, what: str, *, stage: str, provider: str, model: str, started: float,
+                 outcome: str) -> None:
+    """One line per call to a model server: which, how long (`started` from time.perf_counter), outcome."""
+    logger.info(what, extra={"stage": stage, "provider": provider, "model": model,
+                             "latency_ms": round((time.perf_counter() - started) * 1000, 1), "outcome": outcome})
 
 
 def configure(level: str = "INFO") -> None:

@@ -29,6 +29,7 @@ import openai
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from engram.logs import log_outbound
 from engram.errors import ConfigError
 # The `X as X` names are not used here; they stay importable from this module, where they
 # lived before the extraction contract moved out.
@@ -143,16 +144,8 @@ def _parse(provider: LLMProvider, content: str, warnings: list[str]) -> Extracti
 
 
 def _log_call(provider: LLMProvider, started: float, outcome: str) -> None:
-    log.info(
-        "llm extraction",
-        extra={
-            "stage": "extract",
-            "provider": provider.name,
-            "model": provider.model,
-            "latency_ms": round((time.perf_counter() - started) * 1000, 1),
-            "outcome": outcome,
-        },
-    )
+    log_outbound(log, "llm extraction", stage="extract", provider=provider.name, model=provider.model,
+                 started=started, outcome=outcome)
 
 
 def _cut_short(exc: ProviderError) -> ProviderError:

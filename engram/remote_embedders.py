@@ -21,6 +21,7 @@ import ollama
 import openai
 
 from engram.embedder import Embedder, model_files
+from engram.logs import log_outbound
 from engram.errors import ConfigError, EmbeddingUnavailable
 # Private helpers, imported rather than copied: one definition of which hosts memory text may
 # reach, and one reading of each client library's exceptions.
@@ -104,16 +105,8 @@ class _RemoteEmbedder:
         raise NotImplementedError
 
     def _log(self, started: float, outcome: str) -> None:
-        log.info(
-            "embedding",
-            extra={
-                "stage": "embed",
-                "provider": self.provider,
-                "model": self.model,
-                "latency_ms": round((time.perf_counter() - started) * 1000, 1),
-                "outcome": outcome,
-            },
-        )
+        log_outbound(log, "embedding", stage="embed", provider=self.provider, model=self.model, started=started,
+                     outcome=outcome)
 
 
 def _unit_rows(rows: Any, count: int, dim: int) -> np.ndarray:
