@@ -10,6 +10,7 @@ callers never see output the validation rules would have dropped.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any
@@ -142,18 +143,32 @@ OUTPUT_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 
-# Anything in the memory that could end the fence or act as a chat-template marker: a
-# `<memory>`/`</memory>` tag in any spelling, special tokens such as `<|im_end|>` or
-# `<|eot_id|>` (some servers tokenise these inside message content), and Mistral's `[INST]`.
+# Anything in untrusted text that could end its fence or act as a chat-template marker: a
+# fence tag such as `<memory>`/`</memory>` in any spelling, special tokens such as `<|im_end|>`
+# or `<|eot_id|>` (some servers tokenise these inside message content), and Mistral's `[INST]`.
 # Escaping the first character is enough to break each of them while keeping the text legible.
-_FENCE_BREAKERS = re.compile(r"<(?=\s*/?\s*memory\b)|<(?=\|)|\[(?=/?INST\])", re.IGNORECASE)
 _ESCAPES = {"<": "&lt;", "[": "&#91;"}
+
+
+@functools.cache
+def _fence_breakers(tags: tuple[str, ...]) -> re.Pattern[str]:
+    names = "|".join(re.escape(tag) for tag in tags)
+    return re.compile(rf"<(?=\s*/?\s*(?:{names})\b)|<(?=\|)|\[(?=/?INST\])", re.IGNORECASE)
+
+
+def neutralise(text: str, tags: tuple[str, ...] = ("memory",)) -> str:
+    """`text` made safe to put inside a `<tag>` block for any tag in `tags`.
+
+    Every opening or closing tag of those names (any case or spacing) and every chat-template
+    marker has its first character escaped, so nothing in `text` can close the block or start
+    a new turn; the rest of the text is unchanged.
+    """
+    return _fence_breakers(tags).sub(lambda m: _ESCAPES[m.group(0)], text)
 
 
 def _fence(text: str) -> str:
     """Wrap untrusted memory text in a <memory> block that nothing inside it can close."""
-    body = _FENCE_BREAKERS.sub(lambda m: _ESCAPES[m.group(0)], text)
-    return f"Extract memories from the text below.\n\n<memory>\n{body}\n</memory>"
+    return f"Extract memories from the text below.\n\n<memory>\n{neutralise(text)}\n</memory>"
 
 
 def build_messages(text: str, max_input_tokens: int) -> tuple[list[dict[str, str]], list[str]]:

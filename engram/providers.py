@@ -1,4 +1,4 @@
-"""LLM providers: the transport that carries one extraction to a model and back.
+"""LLM providers: the transport that carries one extraction, or one rerank, to a model and back.
 
 Two HTTP providers (Ollama, and any server that speaks the OpenAI chat API) sit behind one
 protocol; `build_provider_chain` decides from the settings which of them Engram may talk to at
@@ -7,7 +7,8 @@ all, and `extract_with_chain` falls back from the preferred provider to the seco
 What is asked and what is accepted (the prompt, the fence around the untrusted memory text,
 the strict parsing of the answer) is the extraction contract in `engram.extraction`; every
 provider sends the same prompt and validates through it, so callers never see output the
-validation rules would have dropped.
+validation rules would have dropped. A provider declared rerank-capable (`ENGRAM_LLM_RERANK`)
+also scores passages against a query; that contract (prompt, fence, strict parsing) is below.
 
 Retries belong to Temporal: the HTTP clients' own retries are off and every failure surfaces
 at once as a `ProviderError` with a code the caller can act on.
@@ -20,7 +21,8 @@ import ipaddress
 import json
 import logging
 import time
-from typing import Literal, Protocol
+from collections.abc import Callable
+from typing import Any, Literal, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -43,11 +45,14 @@ from engram.extraction import (
     build_messages,
     parse_extraction,
 )
+from engram.relevance import RERANK_SCHEMA, parse_scores, rerank_messages
 from engram.settings import Settings
 
 log = logging.getLogger(__name__)
 
 ErrorCode = Literal["unreachable", "timeout", "malformed_output", "http_error", "refused"]
+Stage = Literal["extract", "rerank"]
+T = TypeVar("T")
 
 # The health probe answers quickly or not at all: a readiness check must not hang for the
 # full extraction timeout.
@@ -120,6 +125,15 @@ class LLMProvider(Protocol):
         """Extract from `text`. Raises `ProviderError`; never returns unvalidated output."""
         ...
 
+    async def rerank(self, query: str, passages: list[str]) -> list[float]:
+        """One relevance score from 0 to 10 per passage, in order (higher is more relevant).
+
+        Only valid when `capabilities.rerank`: the operator declares the model able to judge
+        relevance. Raises `ProviderError`, with code "malformed_output" for an answer of the
+        wrong length or with a score that is not a number from 0 to 10.
+        """
+        ...
+
     async def probe(self) -> ProviderHealth:
         """Report whether the provider answers and serves the model. Never raises."""
         ...
@@ -143,8 +157,18 @@ def _parse(provider: LLMProvider, content: str, warnings: list[str]) -> Extracti
         raise ProviderError(provider.name, "malformed_output", str(exc)) from exc
 
 
-def _log_call(provider: LLMProvider, started: float, outcome: str) -> None:
-    log_outbound(log, "llm extraction", stage="extract", provider=provider.name, model=provider.model,
+_CALL_NAMES: dict[Stage, str] = {"extract": "llm extraction", "rerank": "llm rerank"}
+
+
+def _scores(provider: LLMProvider, content: str, count: int) -> list[float]:
+    try:
+        return parse_scores(content, count)
+    except MalformedOutput as exc:
+        raise ProviderError(provider.name, "malformed_output", str(exc)) from exc
+
+
+def _log_call(provider: LLMProvider, stage: Stage, started: float, outcome: str) -> None:
+    log_outbound(log, _CALL_NAMES[stage], stage=stage, provider=provider.name, model=provider.model,
                  started=started, outcome=outcome)
 
 
@@ -194,13 +218,13 @@ class OllamaProvider:
 
     name = "ollama"
 
-    def __init__(self, *, url: str, model: str, timeout_s: float) -> None:
+    def __init__(self, *, url: str, model: str, timeout_s: float, rerank: bool = False) -> None:
         self.url = url
         self.model = model
         self.capabilities = ProviderCapabilities(
             extraction=True,
             decision=False,
-            rerank=False,
+            rerank=rerank,
             timeout_s=timeout_s,
             max_input_tokens=OLLAMA_NUM_CTX - OUTPUT_TOKENS,
             max_output_tokens=OUTPUT_TOKENS,
@@ -213,6 +237,22 @@ class OllamaProvider:
     async def extract(self, text: str) -> Extraction:
         """See `LLMProvider.extract`."""
         messages, warnings = build_messages(text, self.capabilities.max_input_tokens)
+        return await self._ask("extract", messages, OUTPUT_SCHEMA, lambda content: _parse(self, content, warnings))
+
+    async def rerank(self, query: str, passages: list[str]) -> list[float]:
+        """See `LLMProvider.rerank`."""
+        messages = rerank_messages(query, passages, self.capabilities.max_input_tokens)
+        return await self._ask("rerank", messages, RERANK_SCHEMA,
+                               lambda content: _scores(self, content, len(passages)))
+
+    async def _ask(self, stage: Stage, messages: list[dict[str, str]], schema: dict,
+                   parse: Callable[[str], T]) -> T:
+        """Send `messages` asking for JSON matching `schema`, and return `parse` of the answer.
+
+        The whole call is bounded by the provider's timeout and logged once with its outcome.
+        Raises `ProviderError`: the transport's failures, or whatever `parse` raises for an
+        answer it rejects (noting when the answer hit the output limit).
+        """
         started = time.perf_counter()
         timeout_s = self.capabilities.timeout_s
         try:
@@ -221,7 +261,7 @@ class OllamaProvider:
                 response = await self._client.chat(
                     model=self.model,
                     messages=messages,
-                    format=OUTPUT_SCHEMA,
+                    format=schema,
                     stream=False,
                     options={"temperature": 0, "num_ctx": OLLAMA_NUM_CTX, "num_predict": OUTPUT_TOKENS},
                 )
@@ -229,19 +269,19 @@ class OllamaProvider:
             failure = _ollama_failure(exc, self.url, timeout_s)
             if failure is None:
                 raise
-            _log_call(self, started, failure.code)
+            _log_call(self, stage, started, failure.code)
             raise failure from exc
 
         content = response.message.content or ""
         try:
-            extraction = _parse(self, content, warnings)
+            result = parse(content)
         except ProviderError as exc:
-            _log_call(self, started, exc.code)
+            _log_call(self, stage, started, exc.code)
             if response.done_reason == "length":
                 raise _cut_short(exc) from exc
             raise
-        _log_call(self, started, "ok")
-        return extraction
+        _log_call(self, stage, started, "ok")
+        return result
 
     async def probe(self) -> ProviderHealth:
         """See `LLMProvider.probe`: asks `/api/tags` whether the model is pulled."""
@@ -292,13 +332,14 @@ class OpenAIProvider:
 
     name = "openai"
 
-    def __init__(self, *, base_url: str, api_key: str, model: str, timeout_s: float) -> None:
+    def __init__(self, *, base_url: str, api_key: str, model: str, timeout_s: float,
+                 rerank: bool = False) -> None:
         self.base_url = base_url
         self.model = model
         self.capabilities = ProviderCapabilities(
             extraction=True,
             decision=False,
-            rerank=False,
+            rerank=rerank,
             timeout_s=timeout_s,
             # What a small self-hosted server typically offers; OpenAI's own models allow more.
             max_input_tokens=16_384,
@@ -318,6 +359,23 @@ class OpenAIProvider:
     async def extract(self, text: str) -> Extraction:
         """See `LLMProvider.extract`. A refusal from the model raises code "refused"."""
         messages, warnings = build_messages(text, self.capabilities.max_input_tokens)
+        return await self._ask("extract", messages, "extraction", OUTPUT_SCHEMA,
+                               lambda content: _parse(self, content, warnings))
+
+    async def rerank(self, query: str, passages: list[str]) -> list[float]:
+        """See `LLMProvider.rerank`. A refusal from the model raises code "refused"."""
+        messages = rerank_messages(query, passages, self.capabilities.max_input_tokens)
+        return await self._ask("rerank", messages, "rerank", RERANK_SCHEMA,
+                               lambda content: _scores(self, content, len(passages)))
+
+    async def _ask(self, stage: Stage, messages: list[dict[str, str]], schema_name: str, schema: dict,
+                   parse: Callable[[str], T]) -> T:
+        """Send `messages` asking for JSON matching `schema`, and return `parse` of the answer.
+
+        The whole call is bounded by the provider's timeout and logged once with its outcome.
+        Raises `ProviderError`: the transport's failures, a refusal, or whatever `parse` raises
+        for an answer it rejects (noting when the answer hit the output limit).
+        """
         started = time.perf_counter()
         timeout_s = self.capabilities.timeout_s
         try:
@@ -329,7 +387,7 @@ class OpenAIProvider:
                     # OpenAI, vLLM and llama.cpp accept both.
                     response_format={
                         "type": "json_schema",
-                        "json_schema": {"name": "extraction", "schema": OUTPUT_SCHEMA, "strict": True},
+                        "json_schema": {"name": schema_name, "schema": schema, "strict": True},
                     },
                     temperature=0,
                     # max_tokens, not max_completion_tokens: the older name is the one every
@@ -340,19 +398,19 @@ class OpenAIProvider:
             failure = _openai_failure(exc, self.base_url, timeout_s)
             if failure is None:
                 raise
-            _log_call(self, started, failure.code)
+            _log_call(self, stage, started, failure.code)
             raise failure from exc
 
         try:
             content = self._content(completion)
-            extraction = _parse(self, content, warnings)
+            result = parse(content)
         except ProviderError as exc:
-            _log_call(self, started, exc.code)
+            _log_call(self, stage, started, exc.code)
             if exc.code == "malformed_output" and _finish_reason(completion) == "length":
                 raise _cut_short(exc) from exc
             raise
-        _log_call(self, started, "ok")
-        return extraction
+        _log_call(self, stage, started, "ok")
+        return result
 
     def _content(self, completion: object) -> str:
         # The client builds response objects without validating them, and hands back plain
@@ -448,21 +506,25 @@ def build_provider_chain(settings: Settings) -> list[LLMProvider]:
     """The providers to try, preferred first, from `llm_provider` then `llm_secondary`.
 
     "none" and a repeat of the preferred provider are skipped, so the chain may be empty:
-    callers then save memories raw. Raises ConfigError, at start-up, for a provider whose URL
-    is malformed, is not loopback while `local_only` is on, or is missing from a non-empty
-    `provider_allowlist`, and for an empty model name or a non-positive timeout.
+    callers then save memories raw. The preferred provider declares the rerank capability when
+    `llm_rerank` is set; the secondary never does. Raises ConfigError, at start-up, for a
+    provider whose URL is malformed, is not loopback while `local_only` is on, or is missing
+    from a non-empty `provider_allowlist`, and for an empty model name or a non-positive timeout.
     """
     if settings.llm_timeout_s <= 0:
         raise ConfigError(f"llm_timeout_s must be positive, not {settings.llm_timeout_s}")
     chain: list[LLMProvider] = []
     # dict.fromkeys drops a repeat while keeping the order; "none" matches neither branch.
     for name in dict.fromkeys((settings.llm_provider, settings.llm_secondary)):
+        # llm_rerank vouches for the preferred provider's model only.
+        rerank = settings.llm_rerank and name == settings.llm_provider
         if name == "ollama":
             if not settings.ollama_model:
                 raise ConfigError("the ollama provider needs ENGRAM_OLLAMA_MODEL")
             _check_endpoint(settings, name, settings.ollama_url)
             chain.append(
-                OllamaProvider(url=settings.ollama_url, model=settings.ollama_model, timeout_s=settings.llm_timeout_s)
+                OllamaProvider(url=settings.ollama_url, model=settings.ollama_model, timeout_s=settings.llm_timeout_s,
+                               rerank=rerank)
             )
         elif name == "openai":
             if not settings.openai_model:
@@ -474,6 +536,7 @@ def build_provider_chain(settings: Settings) -> list[LLMProvider]:
                     api_key=settings.openai_api_key,
                     model=settings.openai_model,
                     timeout_s=settings.llm_timeout_s,
+                    rerank=rerank,
                 )
             )
     return chain

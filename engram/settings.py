@@ -87,11 +87,14 @@ class Settings(BaseSettings):
     # in the same session; 0 turns it off.
     expansion_weight: float = 0.1
     # Cross-encoder rerank of the fused top N: opt-in per request, or on by default here.
-    rerank_model: Literal["ms-marco-MiniLM-L-12-v2", "none"] = "ms-marco-MiniLM-L-12-v2"
+    # "llm": the primary LLM provider scores the passages instead, if llm_rerank vouches for it.
+    rerank_model: Literal["ms-marco-MiniLM-L-12-v2", "llm", "none"] = "ms-marco-MiniLM-L-12-v2"
     rerank_default: bool = False
     rerank_top_n: int = 20
     rerank_top_n_max: int = 100
     rerank_timeout_ms: int = 2_000
+    # Declares the primary LLM provider's model able to judge relevance (its `rerank` capability).
+    llm_rerank: bool = False
 
     # Security baseline.
     dev_api_key: str = ""

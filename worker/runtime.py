@@ -28,7 +28,7 @@ from engram.embedder import Embedder
 from engram.repositories import embeddings, jobs, keys
 from engram.providers import LLMProvider, build_provider_chain
 from engram.recall.pipeline import Recall
-from engram.recall.rerank import CrossEncoder, ms_marco_files
+from engram.recall.rerank import CrossEncoder, LLMReranker, Reranker, ms_marco_files
 from engram.embedding_spaces import EmbeddingSpaces, Space
 from engram.remote_embedders import configured_model, open_embedder
 from engram.service import MemoryService
@@ -66,18 +66,26 @@ class Runtime:
 
     @classmethod
     async def open(cls, settings: Settings, *, embedder: Embedder | None = None,
-                   reranker: CrossEncoder | None = None,
+                   reranker: Reranker | None = None,
                    run_worker: bool = True, run_dispatcher: bool = True) -> "Runtime":
         """Connect everything and, if asked, start the worker and the dispatcher.
 
         If the stored memories were embedded with another model than the settings ask for, a
         re-embed job is created (once) and the old model keeps serving until it switches.
-        Raises ConfigError (bad provider settings, wrong model file, a conflicting re-embed)
-        before anything starts.
+        Raises ConfigError (bad provider settings, wrong model file, a conflicting re-embed,
+        an LLM reranker without a rerank-capable primary provider) before anything starts.
         """
+        # Checked before any client opens, so refusing leaves nothing to close.
+        if settings.rerank_model == "llm" and (settings.llm_provider == "none" or not settings.llm_rerank):
+            raise ConfigError(
+                "ENGRAM_RERANK_MODEL=llm reranks with the primary LLM provider: set ENGRAM_LLM_PROVIDER to "
+                "ollama or openai and ENGRAM_LLM_RERANK=true to declare its model able to judge relevance"
+            )
         providers = build_provider_chain(settings)
         if settings.rerank_model == "none":
             reranker = None
+        elif settings.rerank_model == "llm":
+            reranker = LLMReranker(providers[0])
         elif reranker is None:
             reranker = await asyncio.to_thread(CrossEncoder.open, ms_marco_files(), threads=settings.embedding_threads)
         # A worker needs a connected client; a pure API process may start before Temporal.

