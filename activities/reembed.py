@@ -18,7 +18,9 @@ class ReembedActivities:
     @activity.defn
     async def batch(self, inp: ReembedBatchInput) -> ReembedStep:
         """Embed the next batch into the target model; record progress on the job."""
+        activity.heartbeat()
         embedded = await reembed_batch(self._pool, self._spaces.space(inp.target), inp.target, inp.batch_size)
+        activity.heartbeat()
         done, total = await embeddings.progress(self._pool, inp.target)
         await jobs.set_progress(self._pool, inp.job_id, done=done, total=total)
         return ReembedStep(embedded=embedded, done=done, total=total)

@@ -110,3 +110,52 @@ async def _job_row(dsn: str, job_id: str) -> dict:
         return dict(await conn.fetchrow("SELECT status, payload FROM memory_jobs WHERE id = $1", uuid.UUID(job_id)))
     finally:
         await conn.close()
+
+
+async def test_a_reembed_survives_its_process_being_killed(postgres, temporal, tmp_path):
+    import signal
+    import time
+    import uuid as uuidlib
+
+    from tests.conftest import new_database
+    from tests.process import EngramProcess
+
+    dsn = await new_database(postgres)
+    common = dict(postgres_dsn=dsn, temporal_address=temporal.address, llm_provider="none",
+                  temporal_task_queue=f"rk-{uuidlib.uuid4().hex[:6]}", dispatcher_interval_s=0.2)
+    engram = EngramProcess(tmp_path / "data", **common).start()
+    with engram.client() as http:
+        for n in range(60):
+            http.post("/api/memory/remember", json={"content": f"Zoe note {n}: {TOPICS[n % len(TOPICS)]}",
+                                                    "scope": SCOPE, "mode": "sync"}).raise_for_status()
+    engram.stop()
+
+    engram.env.update({"ENGRAM_EMBEDDING_MODEL": OTHER_MODEL, "ENGRAM_REEMBED_BATCH_SIZE": "3"})
+    engram.start()
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        job_id = await conn.fetchval("SELECT reembed_job FROM embedding_state")
+        deadline = time.monotonic() + 60
+        while not await conn.fetchval("SELECT payload ? 'done' FROM memory_jobs WHERE id = $1", job_id):
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        engram.stop(signal.SIGKILL)
+        status = await conn.fetchval("SELECT status FROM memory_jobs WHERE id = $1", job_id)
+        assert status != "done", "killed too late to test a resume"
+
+        engram.start()
+        deadline = time.monotonic() + 120
+        while await conn.fetchval("SELECT status FROM memory_jobs WHERE id = $1", job_id) != "done":
+            assert time.monotonic() < deadline, "the re-embed did not resume after the kill"
+            await asyncio.sleep(0.2)
+        assert await conn.fetchval("SELECT active_model FROM embedding_state") == OTHER_MODEL
+        assert await conn.fetchval("SELECT count(*) FROM memories WHERE embedding_model = $1", OTHER_MODEL) == 60
+        with engram.client() as http:
+            hits = http.post("/api/memory/search", json={"query": "who keeps bees?", "scope": SCOPE}).json()
+            assert "honeybees" in hits["results"][0]["memory"]["content"]
+    finally:
+        await conn.close()
+        if engram.proc.poll() is None:
+            engram.stop()

@@ -18,7 +18,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.models import ReembedBatchInput, ReembedInput, ReembedResult
 
 _STEP = dict(
-    start_to_close_timeout=timedelta(minutes=10),
+    start_to_close_timeout=timedelta(minutes=5),
+    # A batch heartbeats; a worker that dies mid-batch is noticed within this, not after 5 min.
+    heartbeat_timeout=timedelta(seconds=10),
     retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=60)),
 )
 
