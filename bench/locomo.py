@@ -1,0 +1,503 @@
+"""Retrieval quality on the LoCoMo dev split, through the service's own HTTP search.
+
+Follows /work/shared/bench/README.md: one memory per dialogue turn (`[<date>] <speaker>: <text>`,
+`dia_id` in metadata), each conversation in its own scope (user_id = sample_id), the question
+verbatim as the query, top 10, evidence clean-up, categories 1-4 as "overall" (456 questions)
+and category 5 apart; Recall@5, Recall@10, nDCG@10, Hit@10.
+
+Each turn also carries its session as `session_id` (`session_3`), which the service's context
+expansion reads. The questions are asked of the same data several times, restarting the service
+between runs: with default settings (access counts, which every search bumps, feed the ranking,
+so later questions see earlier questions' hits boosted); with ENGRAM_RANK_ACCESS_WEIGHT=0 (pure
+retrieval); with context expansion off as well; and with the opt-in cross-encoder rerank. The
+README's baselines (BM25, dense MiniLM, 0.5/0.5 min-max hybrid, RRF) are computed in this
+process for comparison.
+
+    .venv/bin/python -m bench.locomo            # all three conversations -> bench/reports/locomo.md
+    .venv/bin/python -m bench.locomo --quick    # conv-26 only -> bench/reports/locomo-quick.md
+    .venv/bin/python -m bench.locomo --no-rerank   # skip the rerank run (about 4 minutes)
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from bench import common
+from engram.text import STOPWORDS, bm25_terms
+
+DATA = Path("/work/shared/bench/locomo-dev.json")
+TOP_K = 10
+CATEGORY_NAMES = {1: "1 multi-hop", 2: "2 temporal", 3: "3 open-domain", 4: "4 single-hop",
+                  5: "5 adversarial (separate)"}
+# The README's dev numbers for the same harness: a check that this one reproduces them.
+README_BASELINES = {
+    "BM25": (0.501, 0.581, 0.443, 0.632),
+    "dense MiniLM": (0.397, 0.518, 0.337, 0.575),
+    "hybrid 0.5/0.5 min-max (dense + BM25)": (0.550, 0.662, 0.496, 0.724),
+    "hybrid RRF k=60 (dense + BM25)": (0.512, 0.594, 0.425, 0.649),
+    "BM25 + stem": (0.538, 0.612, 0.483, 0.667),
+    "hybrid 0.5/0.5 min-max (dense + stemmed BM25)": (0.586, 0.677, 0.516, 0.735),
+}
+
+
+# -- the data ------------------------------------------------------------------------------------
+
+@dataclass
+class Turn:
+    dia_id: str
+    text: str  # the memory text
+    order: int  # position in the conversation
+    session: str  # "session_3"
+
+
+@dataclass
+class Question:
+    sample_id: str
+    index: int  # position in the conversation's qa list
+    question: str
+    category: int
+    evidence: list[str]
+
+
+@dataclass
+class Conversation:
+    sample_id: str
+    turns: list[Turn]
+    questions: list[Question] = field(default_factory=list)
+
+
+_SESSION = re.compile(r"session_(\d+)")
+_EVIDENCE = re.compile(r"D:?(\d+):(\d+)")
+
+
+def evidence_ids(raw: list[str]) -> tuple[list[str], list[str]]:
+    """The README's clean-up, up to the check against the turns: split on `;`, `,` and white
+    space, read `D:11:26` as `D11:26`, unpad turn numbers, drop duplicates.
+    Returns (ids, pieces that are not ids at all)."""
+    ids: list[str] = []
+    junk: list[str] = []
+    for entry in raw:
+        for piece in re.split(r"[;,\s]+", entry):
+            if not piece:
+                continue
+            match = _EVIDENCE.fullmatch(piece)
+            if not match:
+                junk.append(piece)
+                continue
+            dia_id = f"D{int(match.group(1))}:{int(match.group(2))}"
+            if dia_id not in ids:
+                ids.append(dia_id)
+    return ids, junk
+
+
+def load(path: Path = DATA) -> tuple[list[Conversation], dict[str, int]]:
+    """Conversations with their turns and scorable questions, and counts of what was dropped."""
+    conversations = []
+    dropped = Counter()
+    for sample in json.loads(path.read_text()):
+        conv = sample["conversation"]
+        sessions = sorted((int(m.group(1)), k) for k in conv if (m := _SESSION.fullmatch(k)))
+        turns = []
+        for _, key in sessions:
+            date = conv[f"{key}_date_time"]
+            for turn in conv[key]:
+                turns.append(Turn(turn["dia_id"], f"[{date}] {turn['speaker']}: {turn['text']}", len(turns), key))
+        known = {t.dia_id for t in turns}
+        c = Conversation(sample["sample_id"], turns)
+        for index, qa in enumerate(sample["qa"]):
+            ids, junk = evidence_ids(qa.get("evidence") or [])
+            evidence = [d for d in ids if d in known]
+            for d in ids:
+                if d not in known:
+                    dropped[f"evidence id matching no turn: {c.sample_id} {d}"] += 1
+            for piece in junk:
+                dropped[f"evidence piece that is no id: {piece!r}"] += 1
+            if not evidence:
+                dropped[f"category {qa['category']} questions with no evidence"] += 1
+                continue
+            c.questions.append(Question(c.sample_id, index, qa["question"], int(qa["category"]), evidence))
+        conversations.append(c)
+    return conversations, dict(dropped)
+
+
+# -- metrics -------------------------------------------------------------------------------------
+
+def score(ranked: list[str], evidence: list[str]) -> dict[str, float]:
+    """Recall@5, Recall@10, nDCG@10 (binary relevance), Hit@10 of one ranked list of dia_ids."""
+    e = set(evidence)
+    top = ranked[:TOP_K]
+    dcg = sum(1 / math.log2(i + 2) for i, d in enumerate(top) if d in e)
+    idcg = sum(1 / math.log2(i + 2) for i in range(min(len(e), TOP_K)))
+    return {
+        "R@5": len(e & set(ranked[:5])) / len(e),
+        "R@10": len(e & set(top)) / len(e),
+        "nDCG@10": dcg / idcg,
+        "Hit@10": 1.0 if e & set(top) else 0.0,
+    }
+
+
+METRICS = ("R@5", "R@10", "nDCG@10", "Hit@10")
+
+
+def mean_scores(rows: list[dict[str, float]]) -> dict[str, float]:
+    return {m: float(np.mean([r[m] for r in rows])) if rows else float("nan") for m in METRICS}
+
+
+@dataclass
+class MethodResult:
+    name: str
+    per_question: dict[tuple[str, int], dict[str, float]]  # (sample_id, qa index) -> scores
+
+    def summary(self, questions: list[Question], categories: set[int]) -> dict[str, float]:
+        return mean_scores([self.per_question[(q.sample_id, q.index)] for q in questions if q.category in categories])
+
+
+# -- the service ---------------------------------------------------------------------------------
+
+def ingest(svc: common.Service, conversations: list[Conversation]) -> tuple[int, float]:
+    """Remember every turn (mode=async, in turn order so created_at orders ties), then wait
+    until every job is done. Returns (memories, seconds until the last job was done)."""
+    job_ids = []
+    started = time.time()
+    for conv in conversations:
+        scope = {"user_id": conv.sample_id}
+        for turn in conv.turns:
+            response = svc.client.post("/api/memory/remember", json={
+                "content": turn.text, "scope": scope, "session_id": turn.session,
+                "metadata": {"dia_id": turn.dia_id}, "mode": "async",
+            })
+            response.raise_for_status()
+            body = response.json()
+            if body["status"] != "queued" or body["job_id"] is None:
+                raise RuntimeError(f"{conv.sample_id} {turn.dia_id}: unexpected answer {body}")
+            job_ids.append(body["job_id"])
+        print(f"  sent {conv.sample_id}: {len(conv.turns)} turns", flush=True)
+    jobs = common.wait_jobs_done(svc, job_ids)
+    last_done = max(common.parse_ts(j["updated_at"]) for j in jobs)
+    return len(job_ids), last_done - started
+
+
+@dataclass
+class ServiceRun:
+    """One pass of every scored question through POST /api/memory/search."""
+
+    name: str
+    env: dict[str, str]  # on top of ENGRAM_LLM_PROVIDER=none; a new env means a restart
+    request: dict  # extra search request fields
+    result: MethodResult | None = None
+    latencies_ms: list[float] = field(default_factory=list)
+    notes: Counter = field(default_factory=Counter)
+    stages_ms: dict[str, list[float]] = field(default_factory=dict)  # from `explain`, when asked
+    planner: str = ""
+    seconds: float = 0.0
+
+
+def ask(svc: common.Service, conversations: list[Conversation], run: ServiceRun) -> None:
+    """Every scored question (categories 1-5, in file order), one at a time."""
+    per_question = {}
+    started = time.time()
+    for conv in conversations:
+        scope = {"user_id": conv.sample_id}
+        for q in conv.questions:
+            response, ms = common.timed(svc.client.post, "/api/memory/search",
+                                        json={"query": q.question, "scope": scope, "limit": TOP_K, **run.request})
+            response.raise_for_status()
+            body = response.json()
+            run.latencies_ms.append(ms)
+            results = body["results"]
+            ranked = [hit["memory"]["metadata"].get("dia_id") for hit in results]
+            if len(ranked) < TOP_K:
+                run.notes["fewer than 10 results"] += 1
+            if any(hit["memory"]["user_id"] != conv.sample_id for hit in results):
+                run.notes["results outside the question's scope"] += 1
+            for warning in body.get("warnings", []):
+                run.notes[warning.split(":")[0]] += 1
+            for stage, facts in (body.get("explain") or {}).items():
+                run.stages_ms.setdefault(stage, []).append(facts["ms"])
+            per_question[(q.sample_id, q.index)] = score(ranked, q.evidence)
+    if len(per_question) != sum(len(c.questions) for c in conversations):
+        raise RuntimeError("two questions share a key")
+    run.result = MethodResult(run.name, per_question)
+    run.seconds = time.time() - started
+
+
+# -- in-process baselines (the README's) ----------------------------------------------------------
+
+def bm25_matrix(docs: list[list[str]], queries: list[list[str]], k1: float = 1.2, b: float = 0.75) -> np.ndarray:
+    """Okapi BM25 of each query (rows) against each document (columns), statistics over `docs`;
+    each distinct query term counted once; IDF = ln(1 + (N - df + 0.5) / (df + 0.5))."""
+    n = len(docs)
+    tfs = [Counter(d) for d in docs]
+    lengths = np.array([len(d) for d in docs], dtype=float)
+    avgdl = lengths.mean() if n else 1.0
+    df = Counter(t for tf in tfs for t in tf)
+    out = np.zeros((len(queries), n))
+    norm = k1 * (1 - b + b * lengths / avgdl)
+    for qi, query in enumerate(queries):
+        for term in sorted(set(query)):  # a fixed order: float sums (and so ties) do not vary by run
+            if term not in df:
+                continue
+            idf = math.log(1 + (n - df[term] + 0.5) / (df[term] + 0.5))
+            tf = np.array([d.get(term, 0) for d in tfs], dtype=float)
+            out[qi] += idf * tf * (k1 + 1) / (tf + norm)
+    return out
+
+
+def minmax(row: np.ndarray) -> np.ndarray:
+    span = row.max() - row.min()
+    return (row - row.min()) / span if span > 0 else np.zeros_like(row)
+
+
+def rrf(a: np.ndarray, b: np.ndarray, k: int = 60) -> np.ndarray:
+    out = np.zeros_like(a)
+    for row in (a, b):
+        order = np.lexsort((np.arange(len(row)), -row))  # best first, ties by turn order
+        ranks = np.empty(len(row))
+        ranks[order] = np.arange(1, len(row) + 1)
+        out += 1 / (k + ranks)
+    return out
+
+
+def rank(scores: np.ndarray, turns: list[Turn]) -> list[str]:
+    """dia_ids best first; equal scores by turn order (earlier first)."""
+    order = np.lexsort((np.arange(len(scores)), -scores))
+    return [turns[i].dia_id for i in order[:TOP_K]]
+
+
+MINILM = "all-MiniLM-L6-v2"
+
+
+def baselines(conversations: list[Conversation], extra_model: str | None = None
+              ) -> tuple[list[MethodResult], dict[str, dict[str, float]]]:
+    """The README's baselines over all memories of each conversation (MiniLM), plus dense and
+    hybrid rows for `extra_model` (the service's embedder, when it is another one); and each
+    model's embedding costs in this process."""
+    assert len(STOPWORDS) == 179, f"stopword list has {len(STOPWORDS)} words, not 179"
+    results: dict[str, dict] = {}
+    costs: dict[str, dict[str, float]] = {}
+    bm25 = {}
+    for conv in conversations:
+        bm25[conv.sample_id] = {stem: bm25_matrix([bm25_terms(t.text, stem) for t in conv.turns],
+                                                  [bm25_terms(q.question, stem) for q in conv.questions])
+                                for stem in ("none", "english")}
+
+    def put(name: str, q: Question, conv: Conversation, scores) -> None:
+        ranked = rank(np.asarray(scores, dtype=float), conv.turns)
+        results.setdefault(name, {})[(q.sample_id, q.index)] = score(ranked, q.evidence)
+
+    for conv in conversations:
+        for i, q in enumerate(conv.questions):
+            put("BM25", q, conv, bm25[conv.sample_id]["none"][i])
+            put("BM25 + stem", q, conv, bm25[conv.sample_id]["english"][i])
+
+    for model in [MINILM] + ([extra_model] if extra_model and extra_model != MINILM else []):
+        embedder = common.open_embedder(model)
+        prefix = getattr(embedder.files, "query_prefix", "")
+        short = "MiniLM" if model == MINILM else model
+        turn_s, turns, query_ms = 0.0, 0, []
+        for conv in conversations:
+            started = time.perf_counter()
+            doc_vecs = embedder.embed_sync([t.text for t in conv.turns])
+            turn_s += time.perf_counter() - started
+            turns += len(conv.turns)
+            query_vecs = np.empty((len(conv.questions), embedder.dim), dtype=np.float32)
+            for i, q in enumerate(conv.questions):
+                vec, ms = common.timed(embedder.embed_sync, [prefix + q.question])
+                query_vecs[i] = vec[0]
+                query_ms.append(ms)
+            dense = query_vecs @ doc_vecs.T
+            lex = bm25[conv.sample_id]
+            for i, q in enumerate(conv.questions):
+                put(f"dense {short}", q, conv, dense[i])
+                if model == MINILM:
+                    put("hybrid 0.5/0.5 min-max (dense + BM25)", q, conv,
+                        0.5 * minmax(dense[i]) + 0.5 * minmax(lex["none"][i]))
+                    put("hybrid 0.5/0.5 min-max (dense + stemmed BM25)", q, conv,
+                        0.5 * minmax(dense[i]) + 0.5 * minmax(lex["english"][i]))
+                    put("hybrid RRF k=60 (dense + BM25)", q, conv, rrf(dense[i], lex["none"][i]))
+                else:
+                    put(f"hybrid 0.5/0.5 min-max (dense {short} + stemmed BM25)", q, conv,
+                        0.5 * minmax(dense[i]) + 0.5 * minmax(lex["english"][i]))
+        p = common.percentiles(query_ms)
+        costs[model] = {"turns/s": turns / turn_s, "query p50 ms": p["p50"], "query p95 ms": p["p95"]}
+    return [MethodResult(name, per_question) for name, per_question in results.items()], costs
+
+
+# -- the run -------------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(prog="python -m bench.locomo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="conv-26 only (a smoke run; not comparable)")
+    parser.add_argument("--no-rerank", action="store_true", help="skip the run with the cross-encoder rerank")
+    parser.add_argument("--data", type=Path, default=DATA)
+    args = parser.parse_args(argv)
+    started = time.time()
+
+    conversations, dropped = load(args.data)
+    if args.quick:
+        conversations = conversations[:1]
+    questions = [q for c in conversations for q in c.questions]
+    print(f"LoCoMo dev: {len(conversations)} conversations, {sum(len(c.turns) for c in conversations)} turns, "
+          f"{sum(q.category != 5 for q in questions)} scored questions in categories 1-4, "
+          f"{sum(q.category == 5 for q in questions)} in category 5; dropped: {dropped}", flush=True)
+
+    access0 = {"ENGRAM_RANK_ACCESS_WEIGHT": "0"}
+    runs = [
+        ServiceRun("service, default settings", {}, {}),
+        ServiceRun("service, ENGRAM_RANK_ACCESS_WEIGHT=0", access0, {}),
+        ServiceRun("service, access weight 0, stage timings (explain=true)", access0, {"explain": True}),
+        ServiceRun("service, access weight 0, ENGRAM_EXPANSION_WEIGHT=0", {**access0, "ENGRAM_EXPANSION_WEIGHT": "0"},
+                   {}),
+    ]
+    if not args.no_rerank:
+        runs.append(ServiceRun("service, access weight 0, rerank=true (cross-encoder, top 20)", access0,
+                               {"rerank": True}))
+    ingest_facts: dict[str, float] = {}
+    service_model = None
+    with common.data_dir() as data:
+        # Consecutive runs with the same settings share one service; new settings mean a restart.
+        for i, (env, group) in enumerate(itertools.groupby(runs, key=lambda r: r.env)):
+            with common.service(f"locomo-{i}", data, {"ENGRAM_LLM_PROVIDER": "none", **env}) as svc:
+                if i == 0:
+                    print("ingesting", flush=True)
+                    memories, ingest_s = ingest(svc, conversations)
+                    ingest_facts = {"memories": memories, "seconds": ingest_s}
+                    print(f"  {memories} memories embedded and indexed in {ingest_s:.1f} s", flush=True)
+                service_model = common.service_embedder(svc)
+                for run in group:
+                    print(f"asking: {run.name}", flush=True)
+                    run.planner = common.planner_stats(svc)
+                    ask(svc, conversations, run)
+
+    print("in-process baselines", flush=True)
+    t = time.time()
+    offline, embed_costs = baselines(conversations, service_model)
+    baseline_s = time.time() - t
+
+    body = report(conversations, questions, dropped, runs, offline, embed_costs, ingest_facts, baseline_s,
+                  service_model=service_model, quick=args.quick)
+    path = common.write_report("locomo-quick" if args.quick else "locomo", "LoCoMo dev: retrieval quality", body,
+                               started=started)
+    print(body)
+    print(f"\nreport: {path}")
+    return path
+
+
+def report(conversations, questions, dropped, runs: list[ServiceRun], offline: list[MethodResult], embed_costs,
+           ingest_facts, baseline_s: float, *, service_model: str | None, quick: bool) -> str:
+    overall = {1, 2, 3, 4}
+    n_overall = sum(q.category in overall for q in questions)
+    n_adv = sum(q.category == 5 for q in questions)
+    quality_runs = [r for r in runs if "explain" not in r.request]  # the explain pass repeats access 0
+    methods = [r.result for r in quality_runs] + offline
+
+    def row(result: MethodResult) -> list[object]:
+        s = result.summary(questions, overall)
+        return [result.name, *(s[m] for m in METRICS), result.summary(questions, {5})["R@10"]]
+
+    out = []
+    if quick:
+        out.append("**Quick run: conv-26 only. Not comparable with the README's dev numbers.**\n")
+    out.append(
+        f"Data: `{DATA}` ({len(conversations)} conversations, {sum(len(c.turns) for c in conversations)} "
+        f"memories, one per turn, `[<date>] <speaker>: <text>`, `dia_id` in metadata, `session_id` = "
+        f"`session_N`, one scope per conversation: `user_id` = `sample_id`). Scored: {n_overall} questions of "
+        f"categories 1-4 (\"overall\"); {n_adv} of category 5 reported apart. Dropped by the evidence clean-up "
+        f"(whole file): {dropped}.\n\n"
+        "Service rows: `POST /api/memory/search` (`limit` 10, the question verbatim) on `engram up` with "
+        "`ENGRAM_LLM_PROVIDER=none`; memories sent with `mode=async` in turn order and every job `done` before "
+        "the first question; questions asked in file order. All rows use the same stored memories; the service "
+        "was restarted whenever the settings change. \"default settings\" includes the access boost "
+        "(each search bumps its hits' access counts, score += 0.02·log(1+access_count)), so earlier questions "
+        "move later rankings; the other rows set `ENGRAM_RANK_ACCESS_WEIGHT=0`. Context expansion (each "
+        "candidate lifted by 0.1 × the fused scores of its session neighbours) is on by default.\n\n"
+        f"The service's embedding model (from `/readyz`): **{service_model}**.\n\n"
+        "Other rows: the README's baselines computed in this process (statistics and min-max over all memories "
+        "of the conversation; ties by turn order), with MiniLM as the README specifies, plus the same dense and "
+        "hybrid rows for the service's own model when it is another one.\n")
+    out.append("## Overall (categories 1-4)\n")
+    out.append(common.md_table(["method", "R@5", "R@10", "nDCG@10", "Hit@10", "cat 5 R@10"],
+                               [row(m) for m in methods]))
+
+    for run in quality_runs[:2]:
+        out.append(f"\n## Per category: {run.name}\n")
+        out.append(per_category_table(run.result, questions))
+
+    out.append("\n## Does the hybrid beat both single legs?\n")
+    out.append("The issue requires the hybrid to beat BM25-only and vector-only. Differences on each metric "
+               "(categories 1-4) against BM25-only, taken as the better of unstemmed and stemmed BM25 per metric, "
+               "and against vector-only, taken as the better of the dense rows per metric.\n")
+    by_name = {m.name: m.summary(questions, overall) for m in methods}
+    best_bm25 = {m: max(by_name["BM25"][m], by_name["BM25 + stem"][m]) for m in METRICS}
+    dense = {m: max(v[m] for k, v in by_name.items() if k.startswith("dense ")) for m in METRICS}
+    verdicts = []
+    for name in [r.name for r in quality_runs] + [m.name for m in offline if m.name.startswith("hybrid 0.5")]:
+        s = by_name[name]
+        beats = [m for m in METRICS if s[m] > best_bm25[m] and s[m] > dense[m]]
+        verdicts.append([name, *(f"{s[m] - best_bm25[m]:+.3f} / {s[m] - dense[m]:+.3f}" for m in METRICS),
+                         "YES" if len(beats) == len(METRICS) else f"NO (beats both on {', '.join(beats) or 'none'})"])
+    out.append(common.md_table(["method", *(f"{m} vs BM25 / dense" for m in METRICS), "beats both on all four"],
+                               verdicts))
+
+    if not quick:
+        out.append("\n## Harness check against the README's dev baselines\n")
+        out.append("Measured here (README value in brackets).\n")
+        out.append(common.md_table(["method", *METRICS], [
+            [name, *(f"{by_name[name][m]:.3f} ({r:.3f})" for m, r in zip(METRICS, ref))]
+            for name, ref in README_BASELINES.items()]))
+
+    out.append("\n## Search latency through the service\n")
+    out.append("Client round trip per question, one request at a time from one keep-alive client.\n")
+    lat_rows = []
+    for run in runs:
+        p = common.percentiles(run.latencies_ms)
+        lat_rows.append([run.name, p["n"], common.fmt_ms(p["p50"]), common.fmt_ms(p["p95"]), common.fmt_ms(p["p99"]),
+                         common.fmt_ms(p["max"]), ", ".join(f"{k}: {v}" for k, v in run.notes.items()) or "none"])
+    out.append(common.md_table(["run", "searches", "p50 ms", "p95 ms", "p99 ms", "max ms", "anomalies"], lat_rows))
+    for run in runs:
+        if run.stages_ms:
+            out.append(f"\nServer-side stage timings from `explain` ({run.name}):\n")
+            out.append(common.md_table(["stage", "p50 ms", "p95 ms", "max ms"], [
+                [stage, *(common.fmt_ms(common.percentiles(v)[k]) for k in ("p50", "p95", "max"))]
+                for stage, v in run.stages_ms.items()]))
+    out.append("\nFor comparison, query embedding alone, in this process with the service stopped: " + "; ".join(
+        f"{model}: p50 {c['query p50 ms']:.1f} ms, p95 {c['query p95 ms']:.1f} ms (turns: {c['turns/s']:.0f}/s)"
+        for model, c in embed_costs.items()) + ".\n")
+    out.append("## Run times\n")
+    out.append(f"- ingest: {ingest_facts['memories']} memories sent and every job done in "
+               f"{ingest_facts['seconds']:.1f} s ({ingest_facts['memories'] / ingest_facts['seconds']:.1f} memories/s, "
+               "`ENGRAM_LLM_PROVIDER=none`, one client)")
+    out.extend(f"- questions, {run.name}: {run.seconds:.1f} s" for run in runs)
+    out.append(f"- in-process baselines (embedding every turn and question): {baseline_s:.1f} s\n")
+    out.append("## Postgres planner statistics\n")
+    out.append("When each run started (diagnostic, read from the embedded Postgres directly, not through the API): "
+               "the plan of the BM25 query, and so search latency, depends on whether autovacuum has analysed the "
+               "tables since the memories were written.\n")
+    out.append(common.md_table(["run", "statistics"], [[run.name, run.planner] for run in runs]))
+    return "\n".join(out)
+
+
+def per_category_table(result: MethodResult, questions: list[Question]) -> str:
+    rows = []
+    for cat in (1, 2, 3, 4, 5):
+        n = sum(q.category == cat for q in questions)
+        if n:
+            s = result.summary(questions, {cat})
+            rows.append([CATEGORY_NAMES[cat], *(s[m] for m in METRICS), n])
+    s = result.summary(questions, {1, 2, 3, 4})
+    rows.append(["overall (1-4)", *(s[m] for m in METRICS), sum(q.category != 5 for q in questions)])
+    return common.md_table(["category", *METRICS, "n"], rows)
+
+
+if __name__ == "__main__":
+    main()
