@@ -14,16 +14,11 @@ from dataclasses import dataclass
 import asyncpg
 import numpy as np
 
-from engram.errors import EngramError
+from engram.errors import EmbeddingUnavailable
 from engram.models import Memory
 from engram.repositories import embeddings
 from engram.repositories import memories as repo
 from engram.vector_index import IndexPoint, VectorIndex
-
-
-class SpaceUnavailable(EngramError):
-    type = "embedding_unavailable"
-    http_status = 503
 
 
 @dataclass(frozen=True)
@@ -67,7 +62,7 @@ class EmbeddingSpaces:
             self._active = (await embeddings.state(self._pool)).active
             self._checked = time.monotonic()
         if self._active not in self._spaces:
-            raise SpaceUnavailable(f"the active embedding model {self._active} is not loaded in this process; "
+            raise EmbeddingUnavailable(f"the active embedding model {self._active} is not loaded in this process; "
                                    "restart it with ENGRAM_EMBEDDING_MODEL set to that model")
         return self._active, self._spaces[self._active]
 

@@ -208,6 +208,27 @@ def _ollama_failure(exc: BaseException, url: str, timeout_s: float) -> ProviderE
     return None
 
 
+def ollama_client(url: str, timeout_s: float) -> ollama.AsyncClient:
+    """The Ollama client every model call uses (LLM and embeddings).
+
+    No proxy from the environment and no redirects: either could carry memory text to a host
+    that the endpoint checks never saw. Temporal owns retries, so the client makes none.
+    """
+    return ollama.AsyncClient(host=url, timeout=timeout_s, trust_env=False, follow_redirects=False)
+
+
+def openai_client(base_url: str, api_key: str, timeout_s: float) -> openai.AsyncOpenAI:
+    """The OpenAI-compatible client every model call uses: no retries, no proxy, no redirects."""
+    return openai.AsyncOpenAI(
+        base_url=base_url,
+        # Local servers need no key, but the client refuses to start without one.
+        api_key=api_key or "unused",
+        max_retries=0,
+        timeout=timeout_s,
+        http_client=openai.DefaultAsyncHttpx2Client(timeout=timeout_s, trust_env=False, follow_redirects=False),
+    )
+
+
 def _ollama_model_name(name: str) -> str:
     # Ollama treats an untagged model name as ":latest".
     return name if ":" in name else f"{name}:latest"
@@ -230,9 +251,7 @@ class OllamaProvider:
             max_output_tokens=OUTPUT_TOKENS,
             structured_output="json_schema",
         )
-        # No proxy from the environment and no redirects: either could carry memory text to a
-        # host that build_provider_chain never checked.
-        self._client = ollama.AsyncClient(host=url, timeout=timeout_s, trust_env=False, follow_redirects=False)
+        self._client = ollama_client(url, timeout_s)
 
     async def extract(self, text: str) -> Extraction:
         """See `LLMProvider.extract`."""
@@ -346,15 +365,7 @@ class OpenAIProvider:
             max_output_tokens=OUTPUT_TOKENS,
             structured_output="json_schema",
         )
-        # Local servers need no key, but the client refuses to start without one.
-        self._client = openai.AsyncOpenAI(
-            base_url=base_url,
-            api_key=api_key or "unused",
-            max_retries=0,
-            timeout=timeout_s,
-            # No proxy from the environment and no redirects, as for Ollama.
-            http_client=openai.DefaultAsyncHttpx2Client(timeout=timeout_s, trust_env=False, follow_redirects=False),
-        )
+        self._client = openai_client(base_url, api_key, timeout_s)
 
     async def extract(self, text: str) -> Extraction:
         """See `LLMProvider.extract`. A refusal from the model raises code "refused"."""

@@ -17,15 +17,15 @@ import time
 from typing import Any, Protocol
 
 import numpy as np
-import ollama
-import openai
 
 from engram.embedder import Embedder, model_files
 from engram.logs import log_outbound
 from engram.errors import ConfigError, EmbeddingUnavailable
 # Private helpers, imported rather than copied: one definition of which hosts memory text may
 # reach, and one reading of each client library's exceptions.
-from engram.providers import ProviderError, _check_endpoint, _ollama_failure, _openai_failure
+from engram.providers import (
+    ProviderError, _check_endpoint, _ollama_failure, _openai_failure, ollama_client, openai_client,
+)
 from engram.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ class OllamaEmbedder(_RemoteEmbedder):
         self.open_hint = f"is Ollama running at {url} with the model pulled (`ollama pull {model}`)?"
         # No proxy from the environment and no redirects: either could carry memory text to a
         # host that open_embedder never checked.
-        self._client = ollama.AsyncClient(host=url, timeout=timeout_s, trust_env=False, follow_redirects=False)
+        self._client = ollama_client(url, timeout_s)
 
     @classmethod
     async def open(cls, *, url: str, model: str, timeout_s: float) -> "OllamaEmbedder":
@@ -168,15 +168,7 @@ class OpenAIEmbedder(_RemoteEmbedder):
     def __init__(self, *, base_url: str, api_key: str, model: str, timeout_s: float) -> None:
         super().__init__(url=base_url, model=model, timeout_s=timeout_s)
         self.open_hint = f"is the server at {base_url} running, and does it serve {model!r}?"
-        # Local servers need no key, but the client refuses to start without one.
-        self._client = openai.AsyncOpenAI(
-            base_url=base_url,
-            api_key=api_key or "unused",
-            max_retries=0,
-            timeout=timeout_s,
-            # No proxy from the environment and no redirects, as for Ollama.
-            http_client=openai.DefaultAsyncHttpx2Client(timeout=timeout_s, trust_env=False, follow_redirects=False),
-        )
+        self._client = openai_client(base_url, api_key, timeout_s)
 
     @classmethod
     async def open(cls, *, base_url: str, api_key: str, model: str, timeout_s: float) -> "OpenAIEmbedder":

@@ -83,12 +83,12 @@ def _reset_fake_llm(request):
         request.getfixturevalue("fake_llm").reset()
 
 
-async def new_database(postgres: EmbeddedPostgres) -> str:
-    """A fresh database cloned from the migrated template; returns its DSN."""
+async def new_database(postgres: EmbeddedPostgres, template: str = TEMPLATE_DB) -> str:
+    """A fresh database cloned from `template` (default: the migrated one); returns its DSN."""
     name = f"t_{uuid.uuid4().hex[:12]}"
     conn = await asyncpg.connect(postgres.dsn("postgres"))
     try:
-        await conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE_DB}")
+        await conn.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
     finally:
         await conn.close()
     return postgres.dsn(name)

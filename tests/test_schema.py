@@ -39,13 +39,7 @@ VALUES ($1, 'u1', 'user:u1', 'I drink green tea', 'i drink green tea', 'hash-of-
 
 async def empty_database(postgres) -> str:
     """A new database with nothing in it (not cloned from the migrated template); its DSN."""
-    name = f"e_{uuid.uuid4().hex[:12]}"
-    conn = await asyncpg.connect(postgres.dsn("postgres"))
-    try:
-        await conn.execute(f"CREATE DATABASE {name} TEMPLATE template0")
-    finally:
-        await conn.close()
-    return postgres.dsn(name)
+    return await new_database(postgres, template="template0")
 
 
 @contextlib.asynccontextmanager

@@ -321,11 +321,3 @@ async def session_neighbours(pool: asyncpg.Pool, ids: list[UUID]) -> dict[UUID, 
     )
     return {r["id"]: tuple(x for x in (r["prev"], r["next"]) if x is not None) for r in rows}
 
-
-async def embedding_models_in_use(pool: asyncpg.Pool) -> dict[str, int]:
-    """How many live memories carry a canonical embedding from each model."""
-    rows = await pool.fetch(
-        "SELECT embedding_model, count(*) AS n FROM memories"
-        " WHERE embedding_model IS NOT NULL AND NOT is_deleted GROUP BY 1"
-    )
-    return {r["embedding_model"]: r["n"] for r in rows}
