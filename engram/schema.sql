@@ -33,6 +33,16 @@ CREATE UNIQUE INDEX bm25_scope_stats_pkey ON public.bm25_scope_stats USING btree
 CREATE INDEX bm25_scope_stats_run_idx ON public.bm25_scope_stats USING btree (run_id);
 CREATE INDEX bm25_scope_stats_user_idx ON public.bm25_scope_stats USING btree (user_id);
 
+CREATE TABLE bm25_state (
+    id boolean NOT NULL DEFAULT true,
+    analyzer text NOT NULL,
+    rebuilt_at timestamp with time zone,
+    updated_at timestamp with time zone NOT NULL DEFAULT now(),
+    CONSTRAINT bm25_state_id_check CHECK (id),
+    CONSTRAINT bm25_state_pkey PRIMARY KEY (id)
+);
+CREATE UNIQUE INDEX bm25_state_pkey ON public.bm25_state USING btree (id);
+
 CREATE TABLE bm25_term_stats (
     scope_key text NOT NULL,
     term text NOT NULL,

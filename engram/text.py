@@ -11,7 +11,12 @@ from functools import lru_cache
 import snowballstemmer
 
 _WS = re.compile(r"\s+")
-_TOKEN = re.compile(r"[a-z0-9]+")
+_TOKEN = re.compile(r"[^\W_]+")  # runs of letters and digits, in any script
+
+# The version of bm25_terms's own rules (splitting, lower-casing, stopwords) and of the pinned
+# snowballstemmer. Bump it with any change to either: stored postings name the analyzer that
+# built them, and a start-up with another analyzer rebuilds them (see bm25_analyzer).
+TOKENIZER_VERSION = 2  # 2: letters of any script, not only a-z (1 split "café" into "caf")
 
 # The 179-word English stopword list (NLTK's), the one the LoCoMo baselines use.
 STOPWORDS = frozenset("""
@@ -47,7 +52,7 @@ def _stemmer(language: str):
 
 
 def bm25_terms(text: str, stemmer: str = "english") -> list[str]:
-    """BM25 tokens: lower-case `[a-z0-9]+` runs, stopwords removed, then stemmed.
+    """BM25 tokens: lower-cased runs of letters and digits, stopwords removed, then stemmed.
 
     `stemmer` is a Snowball language name or "none". The same function must tokenise
     documents and queries, or their terms will not meet.
@@ -56,6 +61,18 @@ def bm25_terms(text: str, stemmer: str = "english") -> list[str]:
     if stemmer == "none":
         return tokens
     return _stemmer(stemmer).stemWords(tokens)
+
+
+def bm25_analyzer(stemmer: str) -> str:
+    """The name of what `bm25_terms(text, stemmer)` computes, e.g. "v1/english".
+
+    Equal names mean equal terms for every text. Raises ValueError when `stemmer` is neither
+    "none" nor a Snowball language.
+    """
+    if stemmer != "none" and stemmer not in snowballstemmer.algorithms():
+        raise ValueError(f"unknown stemmer {stemmer!r}: use a Snowball language "
+                         f"({', '.join(snowballstemmer.algorithms())}) or 'none'")
+    return f"v{TOKENIZER_VERSION}/{stemmer}"
 
 
 def term_frequencies(text: str, stemmer: str = "english") -> tuple[Counter[str], int]:
