@@ -80,6 +80,9 @@ class Settings(BaseSettings):
     rank_access_weight: float = 0.02
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
+    # Changing it (or a release that bumps engram.text.TOKENIZER_VERSION) rebuilds every memory's
+    # BM25 postings and statistics once, at the next start-up, in one transaction: searches use
+    # the old ones until it commits and writes wait for it.
     bm25_stemmer: str = "english"
     search_candidates: int = 100
     search_limit_max: int = 100
@@ -93,6 +96,9 @@ class Settings(BaseSettings):
     rerank_top_n: int = 20
     rerank_top_n_max: int = 100
     rerank_timeout_ms: int = 2_000
+    # The reranker judges a memory with the one before it in its session ("<memory> (after:
+    # <previous>)"): a reply often makes sense only next to what it answers (recall.rerank.with_context).
+    rerank_session_context: bool = True
     # Declares the primary LLM provider's model able to judge relevance (its `rerank` capability).
     llm_rerank: bool = False
 

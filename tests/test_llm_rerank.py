@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import AsyncIterator
 
 import pytest
@@ -263,6 +264,41 @@ async def test_search_with_rerank_keeps_the_fused_order_with_a_warning_when_the_
         assert body["warnings"] == ["rerank_failed: ollama http_error; kept the fused order"]
         assert ids(body["results"]) == ids(fused)
         assert all(h["components"]["rerank"] is None for h in body["results"])
+
+
+async def test_the_reranker_judges_a_reply_with_the_turn_before_it_in_its_own_scope_and_session(make_app, fake_llm):
+    """The context is the live memory just before, in the same scope and session: never another
+    scope's memory written in between, never a deleted one."""
+    async with make_app(**llm_settings(fake_llm)) as app:
+        scope = {"user_id": "pets"}
+        await app.remember("Uma: do you have any pets?", scope=scope, session_id="s1", mode="sync", raw=True)
+        await app.remember("Uma: secret plans for the other party", scope={"user_id": "other"}, session_id="s1",
+                           mode="sync", raw=True)
+        gone = await app.remember("Uma: and what about plants?", scope=scope, session_id="s1", mode="sync", raw=True)
+        await app.pool.execute("UPDATE memories SET is_deleted = true WHERE id = $1", uuid.UUID(gone["memory_id"]))
+        await app.remember("Vic: yes, a dog named Pip", scope=scope, session_id="s1", mode="sync", raw=True)
+        await app.remember("Vic: Pip is in no session", scope=scope, mode="sync", raw=True)
+        fake_llm.script(FakeReply.json({"scores": [1, 2, 3]}))
+
+        response = await app.post("/api/memory/search", {"query": "Pip", "scope": scope, "rerank": True,
+                                                          "explain": True})
+
+        assert response.status_code == 200 and response.json()["warnings"] == []
+        assert response.json()["explain"]["rerank"]["with_context"] == 1
+        content = user_message(fake_llm)
+        assert "Vic: yes, a dog named Pip (after: Uma: do you have any pets?)" in content
+        assert "Vic: Pip is in no session" in content and "Vic: Pip is in no session (after" not in content
+        assert "secret plans" not in content and "plants" not in content
+
+
+async def test_session_context_off_sends_each_memory_alone(make_app, fake_llm):
+    async with make_app(**llm_settings(fake_llm, rerank_session_context=False)) as app:
+        for text in ("Uma: do you have any pets?", "Vic: yes, a dog named Pip"):
+            await app.remember(text, scope={"user_id": "pets"}, session_id="s1", mode="sync", raw=True)
+        fake_llm.script(FakeReply.json({"scores": [1, 2]}))
+        response = await app.post("/api/memory/search", {"query": "Pip", "scope": {"user_id": "pets"}, "rerank": True})
+        assert response.status_code == 200 and response.json()["warnings"] == []
+        assert "(after:" not in user_message(fake_llm)
 
 
 async def test_slow_llm_rerank_times_out_to_the_fused_order_without_stalling_other_searches(make_app, fake_llm):

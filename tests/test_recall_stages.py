@@ -10,7 +10,7 @@ import pytest
 
 from engram.embedder import Embedder, minilm_files
 from engram.errors import ModelFileMismatch
-from engram.recall.rerank import CrossEncoder, ms_marco_files
+from engram.recall.rerank import CrossEncoder, ms_marco_files, with_context
 from tests.conftest import DEFAULT_MODEL
 
 STAGES = ["embed_query", "dense", "bm25", "fetch", "fusion", "expansion"]
@@ -108,3 +108,35 @@ def test_a_model_file_with_the_wrong_hash_stops_start_up_with_a_clear_message():
     with pytest.raises(ModelFileMismatch, match="ms-marco-MiniLM-L-12-v2"):
         CrossEncoder.open(dataclasses.replace(ms_marco_files(), sha256="f" * 64))
 
+
+
+async def test_a_dense_hit_outside_bm25s_top_candidates_keeps_its_true_bm25_score(make_app):
+    """BM25 runs beside the query embedding, so it cannot know the dense hits: those outside its
+    top `search_candidates` are scored in a second, narrow query, not left at 0."""
+    async with make_app(search_candidates=2) as app:
+        scope = {"user_id": "g"}
+        texts = ["garden garden garden gnome", "garden gardens garden shed", "garden hose for the garden",
+                 "Lena planted tomatoes, carrots and lettuce in her small garden this spring"]
+        for text in texts:
+            await app.remember(text, scope=scope, mode="sync", raw=True)
+        query = "Which vegetables are growing in the garden?"
+        full = {h["memory"]["content"]: h["components"]["bm25"] for h in await app.search(query, scope=scope, limit=10)}
+        bm25_top2 = sorted(full, key=full.get, reverse=True)[:2]
+
+        narrow = await app.search(query, scope=scope, limit=2)
+
+        assert any(h["memory"]["content"] not in bm25_top2 for h in narrow), "no dense-only hit: the test proves nothing"
+        for hit in narrow:
+            assert hit["components"]["bm25"] == pytest.approx(full[hit["memory"]["content"]])
+
+
+@pytest.mark.parametrize("text, previous, seen", [
+    ("Vic: yes, a dog", None, "Vic: yes, a dog"),
+    ("Vic: yes, a dog", "Uma: any pets?", "Vic: yes, a dog (after: Uma: any pets?)"),
+    # A shared header says nothing new; the cut falls on a word boundary.
+    ("[8 May] Vic: yes", "[8 May] Val: pets?", "[8 May] Vic: yes (after: Val: pets?)"),
+    ("[8 May] Vic: yes", "[8 May] ", "[8 May] Vic: yes"),
+    ("same", "same", "same"),
+])
+def test_the_reranker_reads_a_memory_after_the_one_it_answers(text, previous, seen):
+    assert with_context(text, previous) == seen

@@ -21,6 +21,7 @@ class Candidate:
     memory: Memory
     similarity: float | None  # cosine of the canonical embedding to the query; None if not embedded yet
     bm25: float
+    neighbours: tuple[UUID, ...] = ()  # session neighbours, when context expansion asked for them
 
 
 def index_filter(scope: Scope, filters: repo.Filters) -> IndexFilter:
@@ -38,16 +39,19 @@ async def dense(index: VectorIndex, query_vector: np.ndarray, scope: Scope, filt
     return {hit.id: hit.score for hit in hits}
 
 
-async def lexical(pool: asyncpg.Pool, settings: Settings, query: str, scope: Scope, filters: repo.Filters,
-                  depth: int, also: list[UUID]) -> dict[UUID, float]:
-    """Okapi BM25 over the scope: the top `depth`, plus the scores of `also` (the dense hits)."""
+async def lexical(conn: asyncpg.Connection, settings: Settings, query: str, scope: Scope, filters: repo.Filters,
+                  depth: int, only: list[UUID] | None = None) -> dict[UUID, float]:
+    """Okapi BM25 over the scope: the top `depth`; or, given `only`, the scores of those memories
+    (0 when they hold no query term). The scope's statistics hold either way."""
     terms = bm25_terms(query, settings.bm25_stemmer)
-    return await repo.bm25_scores(pool, scope, filters, terms, k1=settings.bm25_k1, b=settings.bm25_b,
-                                  limit=depth, also_ids=also)
+    return await repo.bm25_scores(conn, scope, filters, terms, k1=settings.bm25_k1, b=settings.bm25_b,
+                                  limit=depth, only_ids=only)
 
 
-async def rows(pool: asyncpg.Pool, ids: list[UUID], scope: Scope, filters: repo.Filters,
-               query_vector: np.ndarray, model: str, bm25: dict[UUID, float]) -> list[Candidate]:
-    """The candidates that pass scope and filters now, with both raw scores."""
-    found = await repo.fetch_with_similarity(pool, ids, scope, filters, query_vector, model)
-    return [Candidate(memory=m, similarity=sim, bm25=bm25.get(m.id, 0.0)) for m, sim in found]
+async def rows(conn: asyncpg.Connection, ids: list[UUID], scope: Scope, filters: repo.Filters,
+               query_vector: np.ndarray, model: str, bm25: dict[UUID, float], *, neighbours: bool) -> list[Candidate]:
+    """The candidates that pass scope and filters now, with both raw scores (and their session
+    neighbours if asked)."""
+    found = await repo.fetch_candidates(conn, ids, scope, filters, query_vector, model, neighbours=neighbours)
+    return [Candidate(memory=f.memory, similarity=f.similarity, bm25=bm25.get(f.memory.id, 0.0),
+                      neighbours=f.neighbours) for f in found]

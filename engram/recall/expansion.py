@@ -9,15 +9,13 @@ from __future__ import annotations
 
 from uuid import UUID
 
-import asyncpg
-
-from engram.repositories import memories as repo
+from engram.recall.candidates import Candidate
 
 
-async def lifts(pool: asyncpg.Pool, fused: dict[UUID, float], weight: float) -> dict[UUID, float]:
-    """weight × (fused score of the previous turn + of the next turn), per candidate.
+def lifts(candidates: list[Candidate], fused: dict[UUID, float], weight: float) -> dict[UUID, float]:
+    """weight × (fused score of the previous turn + of the next turn), per candidate; the
+    neighbours come with the candidates (`candidates.rows(..., neighbours=True)`).
     A neighbour that is not a candidate contributes 0."""
-    if weight == 0 or not fused:
-        return {k: 0.0 for k in fused}
-    neighbours = await repo.session_neighbours(pool, list(fused))
-    return {k: weight * sum(fused.get(n, 0.0) for n in neighbours.get(k, ())) for k in fused}
+    if weight == 0:
+        return {c.memory.id: 0.0 for c in candidates}
+    return {c.memory.id: weight * sum(fused.get(n, 0.0) for n in c.neighbours) for c in candidates}

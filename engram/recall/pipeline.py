@@ -3,21 +3,28 @@ hit and, when asked, each stage's timing.
 
 final = fused + expansion + c·log(1 + access_count), where
 fused = a·minmax(vector) + b·minmax(BM25); with rerank, the top N are ordered by the
-cross-encoder first and the rest follow in that order.
+reranker first and the rest follow in that order.
+
+Stage 1's two legs overlap: Postgres scores BM25 while the query is embedded (in a thread) and
+the vector index is searched, so `explain`'s `embed_query` + `dense` and `bm25` run side by side.
+One pooled connection serves every query of a search.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from dataclasses import dataclass, field
+from uuid import UUID
 
 import asyncpg
+import numpy as np
 
-from engram.embedding_spaces import EmbeddingSpaces
+from engram.embedding_spaces import EmbeddingSpaces, Space
 from engram.models import Scope, ScoreComponents, SearchHit
 from engram.recall import candidates, expansion, fusion
-from engram.recall.rerank import Reranker, RerankFailed
+from engram.recall.rerank import Reranker, RerankFailed, with_context
 from engram.repositories import memories as repo
 from engram.settings import Settings
 
@@ -65,23 +72,65 @@ class Recall:
         s = self._settings
         explain = Explain()
         depth = max(s.search_candidates, opts.limit, opts.rerank_top_n if opts.rerank else 0)
-        t = time.perf_counter()
         model, space = await self._spaces.active()
-        query_vector = await space.embedder.embed_query(query)
-        t = explain.stage("embed_query", t, model=model)
-        dense = await candidates.dense(space.index, query_vector, scope, filters, depth)
-        t = explain.stage("dense", t, index=space.index.name, hits=len(dense))
-        lexical = await candidates.lexical(self._pool, s, query, scope, filters, depth, list(dense))
-        t = explain.stage("bm25", t, hits=sum(1 for v in lexical.values() if v > 0))
-        ids = list(dict.fromkeys([*dense, *lexical]))
-        found = await candidates.rows(self._pool, ids, scope, filters, query_vector, model, lexical)
-        t = explain.stage("fetch", t, candidates=len(found))
+        async with self._pool.acquire() as conn:
+            vector_leg = asyncio.create_task(self._vector_leg(space, query, scope, filters, depth))
+            try:
+                t = time.perf_counter()
+                lexical = await candidates.lexical(conn, s, query, scope, filters, depth)
+                bm25_ms = (time.perf_counter() - t) * 1e3
+            except BaseException:
+                vector_leg.cancel()
+                raise
+            query_vector, dense, (embed_ms, dense_ms) = await vector_leg
+            t = time.perf_counter()
+            # A dense hit outside BM25's top `depth` still gets its BM25 score; if the top held
+            # fewer than `depth`, it holds every memory with a query term and the rest score 0.
+            unscored = [i for i in dense if i not in lexical]
+            if unscored and len(lexical) >= depth:
+                lexical |= await candidates.lexical(conn, s, query, scope, filters, depth, only=unscored)
+            bm25_ms += (time.perf_counter() - t) * 1e3
+            explain.stages["embed_query"] = {"ms": round(embed_ms, 3), "model": model}
+            explain.stages["dense"] = {"ms": round(dense_ms, 3), "index": space.index.name, "hits": len(dense)}
+            explain.stages["bm25"] = {"ms": round(bm25_ms, 3), "hits": sum(1 for v in lexical.values() if v > 0)}
+            t = time.perf_counter()
+            ids = list(dict.fromkeys([*dense, *lexical]))
+            found = await candidates.rows(conn, ids, scope, filters, query_vector, model, lexical,
+                                          neighbours=s.expansion_weight != 0)
+            t = explain.stage("fetch", t, candidates=len(found))
+            hits = self._first_order(found, explain)
+            context = {}
+            if opts.rerank and s.rerank_session_context:
+                context = await repo.session_predecessors(conn, [h.memory.id for h in hits[:opts.rerank_top_n]])
+        warnings: list[str] = []
+        if opts.rerank:
+            t = time.perf_counter()
+            hits, warning = await self._rerank(query, hits, opts.rerank_top_n, context)
+            explain.stage("rerank", t, model=self._reranker.name, top_n=opts.rerank_top_n,
+                          with_context=sum(1 for h in hits[:opts.rerank_top_n] if h.memory.id in context),
+                          timed_out=bool(warning and warning.startswith("rerank_timeout")),
+                          failed=bool(warning and warning.startswith("rerank_failed")))
+            if warning:
+                warnings.append(warning)
+        return hits[:opts.limit], warnings, explain
 
+    async def _vector_leg(self, space: Space, query: str, scope: Scope, filters: repo.Filters, depth: int
+                          ) -> tuple[np.ndarray, dict[UUID, float], tuple[float, float]]:
+        """(query vector, dense hits, (embedding ms, index ms))."""
+        t = time.perf_counter()
+        query_vector = await space.embedder.embed_query(query)
+        t1 = time.perf_counter()
+        dense = await candidates.dense(space.index, query_vector, scope, filters, depth)
+        return query_vector, dense, ((t1 - t) * 1e3, (time.perf_counter() - t1) * 1e3)
+
+    def _first_order(self, found: list[candidates.Candidate], explain: Explain) -> list[SearchHit]:
+        """Fusion, context expansion and the access boost: every candidate as a hit, best first."""
+        s = self._settings
+        t = time.perf_counter()
         fused, vector_norm, bm25_norm = fusion.fuse(found, s.rank_vector_weight, s.rank_bm25_weight)
         t = explain.stage("fusion", t, vector_weight=s.rank_vector_weight, bm25_weight=s.rank_bm25_weight)
-        lift = await expansion.lifts(self._pool, fused, s.expansion_weight)
-        t = explain.stage("expansion", t, weight=s.expansion_weight, lifted=sum(1 for v in lift.values() if v > 0))
-
+        lift = expansion.lifts(found, fused, s.expansion_weight)
+        explain.stage("expansion", t, weight=s.expansion_weight, lifted=sum(1 for v in lift.values() if v > 0))
         hits = []
         for c in found:
             mid = c.memory.id
@@ -93,22 +142,18 @@ class Recall:
                                       access=access)))
         # Equal scores: earlier memories first (a conversation's order).
         hits.sort(key=lambda h: (-h.score, h.memory.created_at, str(h.memory.id)))
+        return hits
 
-        warnings: list[str] = []
-        if opts.rerank:
-            hits, warning = await self._rerank(query, hits, opts.rerank_top_n)
-            t = explain.stage("rerank", t, model=self._reranker.name, top_n=opts.rerank_top_n,
-                              timed_out=bool(warning and warning.startswith("rerank_timeout")),
-                              failed=bool(warning and warning.startswith("rerank_failed")))
-            if warning:
-                warnings.append(warning)
-        return hits[:opts.limit], warnings, explain
-
-    async def _rerank(self, query: str, hits: list[SearchHit], top_n: int) -> tuple[list[SearchHit], str | None]:
+    async def _rerank(self, query: str, hits: list[SearchHit], top_n: int, context: dict[UUID, str]
+                      ) -> tuple[list[SearchHit], str | None]:
+        """The top `top_n` ordered by the reranker. A memory with an entry in `context` (the turn
+        it follows in its session) is judged with it: a reply often makes sense only next to
+        what it answers."""
         head, tail = hits[:top_n], hits[top_n:]
+        texts = [with_context(h.memory.content, context.get(h.memory.id)) for h in head]
         timeout_s = self._settings.rerank_timeout_ms / 1000
         try:
-            scores = await self._reranker.scores(query, [h.memory.content for h in head], timeout_s)
+            scores = await self._reranker.scores(query, texts, timeout_s)
         except RerankFailed as exc:
             return hits, f"rerank_failed: {exc.reason}; kept the fused order"
         if scores is None:

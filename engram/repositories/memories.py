@@ -187,26 +187,29 @@ async def add_to_bm25_stats(conn: asyncpg.Connection, scope: Scope, tf: dict[str
 
 
 async def bm25_scores(
-    pool: asyncpg.Pool, scope: Scope, filters: Filters, terms: list[str], *,
-    k1: float, b: float, limit: int, also_ids: list[UUID],
+    conn: asyncpg.Connection | asyncpg.Pool, scope: Scope, filters: Filters, terms: list[str], *,
+    k1: float, b: float, limit: int = 0, only_ids: list[UUID] | None = None,
 ) -> dict[UUID, float]:
-    """Okapi BM25 of each memory in `scope` that holds a query term: the top `limit`,
-    plus the scores of `also_ids` (0 when they hold no term).
+    """Okapi BM25 of the memories in `scope` that hold a query term: the top `limit`, or, given
+    `only_ids`, those of them (a memory holding no term is absent: its score is 0).
 
     N, the average length and each term's df come from the statistics of the exact scopes
     inside `scope` (live memories). Each distinct query term counts once;
     IDF = ln(1 + (N - df + 0.5) / (df + 0.5)).
     """
-    if not terms:
+    if not terms or only_ids == []:
         return {}
-    where_t = Where([sorted(set(terms)), k1, b, limit, also_ids])
+    where_t = Where([sorted(set(terms)), k1, b])
     where_t.add_raw("t.term = ANY($1::text[])")
+    if only_ids is not None:
+        where_t.add("t.memory_id = ANY({}::uuid[])", only_ids)
     where_t.scope(scope, "t")
     where_s = Where(where_t.params)
     where_s.scope(scope, "s")
     where_f = Where(where_s.params)
     filters.apply(where_f)
-    rows = await pool.fetch(
+    top = "" if only_ids is not None else f"ORDER BY score DESC LIMIT {int(limit)}"
+    rows = await conn.fetch(
         f"""
         WITH scopes AS (
             SELECT s.scope_key, s.doc_count, s.total_len FROM bm25_scope_stats s WHERE {where_s.sql()}
@@ -218,33 +221,48 @@ async def bm25_scores(
             SELECT ts.term, sum(ts.df)::float8 AS df
             FROM bm25_term_stats ts JOIN scopes USING (scope_key)
             WHERE ts.term = ANY($1::text[]) GROUP BY ts.term
-        ), scored AS (
-            SELECT t.memory_id,
-                   sum(ln(1 + greatest(stats.n - df.df + 0.5, 0) / (df.df + 0.5))
-                       * t.tf * ($2::float8 + 1)
-                       / (t.tf + $2::float8 * (1 - $3::float8 + $3::float8 * m.token_count / greatest(stats.avgdl, 1))))
-                       AS score
-            FROM memory_terms t
-            JOIN df ON df.term = t.term
-            JOIN memories m ON m.id = t.memory_id
-            CROSS JOIN stats
-            WHERE {where_t.sql()} AND {where_f.sql()}
-            GROUP BY t.memory_id
         )
-        (SELECT memory_id, score FROM scored ORDER BY score DESC LIMIT $4)
-        UNION
-        SELECT memory_id, score FROM scored WHERE memory_id = ANY($5::uuid[])
+        SELECT t.memory_id,
+               sum(ln(1 + greatest(stats.n - df.df + 0.5, 0) / (df.df + 0.5))
+                   * t.tf * ($2::float8 + 1)
+                   / (t.tf + $2::float8 * (1 - $3::float8 + $3::float8 * m.token_count / greatest(stats.avgdl, 1))))
+                   AS score
+        FROM memory_terms t
+        JOIN df ON df.term = t.term
+        JOIN memories m ON m.id = t.memory_id
+        CROSS JOIN stats
+        WHERE {where_t.sql()} AND {where_f.sql()}
+        GROUP BY t.memory_id
+        {top}
         """,
         *where_f.params,
     )
     return {r["memory_id"]: float(r["score"]) for r in rows}
 
 
-async def fetch_with_similarity(
-    pool: asyncpg.Pool, ids: list[UUID], scope: Scope, filters: Filters, query_vector: np.ndarray, model: str,
-) -> list[tuple[Memory, float | None]]:
+@dataclass(frozen=True)
+class FetchedCandidate:
+    memory: Memory
+    similarity: float | None  # None where the memory has no embedding from the query's model yet
+    neighbours: tuple[UUID, ...]  # live memories just before and after it in its scope and session
+
+
+def _session_neighbour(column: str, before: bool) -> str:
+    """A correlated subquery over `memories m`: `column` of the live memory written just before
+    (or after) m in m's scope and session. Never another scope, never a deleted memory."""
+    cmp, order = ("<", "DESC") if before else (">", "ASC")
+    return f"""(SELECT p.{column} FROM memories p
+             WHERE p.scope_key = m.scope_key AND p.session_id = m.session_id AND NOT p.is_deleted
+               AND (p.created_at, p.id) {cmp} (m.created_at, m.id)
+             ORDER BY p.created_at {order}, p.id {order} LIMIT 1)"""
+
+
+async def fetch_candidates(
+    conn: asyncpg.Connection | asyncpg.Pool, ids: list[UUID], scope: Scope, filters: Filters,
+    query_vector: np.ndarray, model: str, *, neighbours: bool,
+) -> list[FetchedCandidate]:
     """Those of `ids` that are in `scope` and pass `filters`, each with the cosine similarity of
-    its canonical embedding to the query (None where it has no embedding from `model` yet).
+    its canonical embedding to the query and, if asked, its session neighbours.
 
     The candidates come from indexes that may lag; this re-check against the rows is what
     guarantees scope and deletion."""
@@ -252,15 +270,32 @@ async def fetch_with_similarity(
     where.add_raw("m.id = ANY($1::uuid[])")
     where.scope(scope, "m")
     filters.apply(where)
-    rows = await pool.fetch(
+    around = (f", {_session_neighbour('id', before=True)} AS prev, {_session_neighbour('id', before=False)} AS next"
+              if neighbours else "")
+    rows = await conn.fetch(
         f"""
         SELECT {MEMORY_COLUMNS},
-               CASE WHEN m.embedding_model = $3 THEN 1 - (m.embedding <=> $2) END AS similarity
+               CASE WHEN m.embedding_model = $3 THEN 1 - (m.embedding <=> $2) END AS similarity{around}
         FROM memories m WHERE {where.sql()}
         """,
         *where.params,
     )
-    return [(row_to_memory(r), r["similarity"]) for r in rows]
+    return [FetchedCandidate(row_to_memory(r), r["similarity"],
+                             tuple(x for x in (r.get("prev"), r.get("next")) if x is not None) if neighbours else ())
+            for r in rows]
+
+
+async def session_predecessors(conn: asyncpg.Connection | asyncpg.Pool, ids: list[UUID]) -> dict[UUID, str]:
+    """For each of `ids` that has a session: the content of the live memory written just before it
+    in the same scope and session (what a conversational turn answers)."""
+    rows = await conn.fetch(
+        f"""
+        SELECT m.id, {_session_neighbour('content', before=True)} AS prev
+        FROM memories m WHERE m.id = ANY($1::uuid[]) AND m.session_id IS NOT NULL
+        """,
+        ids,
+    )
+    return {r["id"]: r["prev"] for r in rows if r["prev"] is not None}
 
 
 async def store_embedding(conn: asyncpg.Connection, memory_id: UUID, vector: np.ndarray, model: str) -> None:
@@ -299,25 +334,3 @@ async def bump_access(pool: asyncpg.Pool, ids: list[UUID]) -> None:
 async def history(pool: asyncpg.Pool, memory_id: UUID) -> list[dict]:
     rows = await pool.fetch("SELECT * FROM memory_history WHERE memory_id = $1 ORDER BY id", memory_id)
     return [dict(r) for r in rows]
-
-
-async def session_neighbours(pool: asyncpg.Pool, ids: list[UUID]) -> dict[UUID, tuple[UUID, ...]]:
-    """For each of `ids` that has a session: the live memories written just before and just
-    after it in the same scope and session."""
-    rows = await pool.fetch(
-        """
-        SELECT c.id,
-            (SELECT p.id FROM memories p
-             WHERE p.scope_key = c.scope_key AND p.session_id = c.session_id AND NOT p.is_deleted
-               AND (p.created_at, p.id) < (c.created_at, c.id)
-             ORDER BY p.created_at DESC, p.id DESC LIMIT 1) AS prev,
-            (SELECT n.id FROM memories n
-             WHERE n.scope_key = c.scope_key AND n.session_id = c.session_id AND NOT n.is_deleted
-               AND (n.created_at, n.id) > (c.created_at, c.id)
-             ORDER BY n.created_at, n.id LIMIT 1) AS next
-        FROM memories c WHERE c.id = ANY($1::uuid[]) AND c.session_id IS NOT NULL
-        """,
-        ids,
-    )
-    return {r["id"]: tuple(x for x in (r["prev"], r["next"]) if x is not None) for r in rows}
-
