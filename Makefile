@@ -2,6 +2,7 @@
 PYTHON ?= python3.11
 VENV   := .venv
 STAMP  := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: up test bench clean
 
@@ -20,7 +21,11 @@ up: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
-bench: $(STAMP)
+$(BENCH_STAMP): $(STAMP)
+	$(VENV)/bin/pip install --quiet -e '.[test,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
 	$(VENV)/bin/python -m bench.run_all
 
 clean:

@@ -194,12 +194,65 @@ class ServiceRun:
     name: str
     env: dict[str, str]  # on top of ENGRAM_LLM_PROVIDER=none; a new env means a restart
     request: dict  # extra search request fields
+    stage: str = ""  # what the ablation turns on or off; empty for the reference rows
+    model: str | None = None  # an embedding model to re-embed into before asking
     result: MethodResult | None = None
     latencies_ms: list[float] = field(default_factory=list)
     notes: Counter = field(default_factory=Counter)
     stages_ms: dict[str, list[float]] = field(default_factory=dict)  # from `explain`, when asked
     planner: str = ""
     seconds: float = 0.0
+
+
+ACCESS_0 = {"ENGRAM_RANK_ACCESS_WEIGHT": "0"}
+REFERENCE = "service, ENGRAM_RANK_ACCESS_WEIGHT=0"  # what the ablation compares with
+
+
+def service_runs(*, rerank: bool) -> list[ServiceRun]:
+    """The default, then an ablation: each stage off (or on) against "access weight 0". Runs
+    with the same settings share a service; the stemmer and embedder runs come last, because
+    changing them rebuilds the BM25 postings and re-embeds every memory at start-up."""
+    a0 = ACCESS_0
+    runs = [
+        ServiceRun("service, default settings", {}, {}, stage="access boost on (the default)"),
+        ServiceRun(REFERENCE, a0, {}),
+        ServiceRun("service, access weight 0, stage timings (explain=true)", a0, {"explain": True}),
+        ServiceRun("service, access weight 0, ENGRAM_EXPANSION_WEIGHT=0", {**a0, "ENGRAM_EXPANSION_WEIGHT": "0"},
+                   {}, stage="context expansion off"),
+        ServiceRun("service, BM25 leg only (vector weight 0, expansion off)",
+                   {**a0, "ENGRAM_EXPANSION_WEIGHT": "0", "ENGRAM_RANK_VECTOR_WEIGHT": "0"}, {},
+                   stage="dense leg off (BM25 only)"),
+        ServiceRun("service, dense leg only (BM25 weight 0, expansion off)",
+                   {**a0, "ENGRAM_EXPANSION_WEIGHT": "0", "ENGRAM_RANK_BM25_WEIGHT": "0"}, {},
+                   stage="BM25 leg off (dense only)"),
+    ]
+    if rerank:
+        runs += [
+            ServiceRun("service, access weight 0, rerank=true (cross-encoder, top 20)", a0, {"rerank": True},
+                       stage="rerank on"),
+            ServiceRun("service, access weight 0, rerank=true, ENGRAM_RERANK_SESSION_CONTEXT=false",
+                       {**a0, "ENGRAM_RERANK_SESSION_CONTEXT": "false"}, {"rerank": True},
+                       stage="rerank on, without session context"),
+        ]
+    runs += [
+        ServiceRun("service, access weight 0, ENGRAM_BM25_STEMMER=none", {**a0, "ENGRAM_BM25_STEMMER": "none"}, {},
+                   stage="stemming off"),
+        ServiceRun(f"service, access weight 0, ENGRAM_EMBEDDING_MODEL={MINILM}",
+                   {**a0, "ENGRAM_EMBEDDING_MODEL": MINILM}, {}, stage="MiniLM instead of bge-small", model=MINILM),
+    ]
+    return runs
+
+
+def wait_for_model(svc: common.Service, model: str, memories: int, timeout_s: float = 1800) -> None:
+    """Until the service searches with `model` over all `memories` (its re-embed job switched)."""
+    deadline = time.time() + timeout_s
+    print(f"  waiting for the re-embed into {model}", flush=True)
+    while time.time() < deadline:
+        index = svc.client.get("/readyz").json()["components"]["vector_index"]["detail"]
+        if f"({model})" in index and common.index_points(svc) == memories:
+            return
+        time.sleep(2)
+    raise RuntimeError(f"the service did not switch to {model} in {timeout_s:.0f} s")
 
 
 def ask(svc: common.Service, conversations: list[Conversation], run: ServiceRun) -> None:
@@ -351,17 +404,7 @@ def main(argv: list[str] | None = None) -> Path:
           f"{sum(q.category != 5 for q in questions)} scored questions in categories 1-4, "
           f"{sum(q.category == 5 for q in questions)} in category 5; dropped: {dropped}", flush=True)
 
-    access0 = {"ENGRAM_RANK_ACCESS_WEIGHT": "0"}
-    runs = [
-        ServiceRun("service, default settings", {}, {}),
-        ServiceRun("service, ENGRAM_RANK_ACCESS_WEIGHT=0", access0, {}),
-        ServiceRun("service, access weight 0, stage timings (explain=true)", access0, {"explain": True}),
-        ServiceRun("service, access weight 0, ENGRAM_EXPANSION_WEIGHT=0", {**access0, "ENGRAM_EXPANSION_WEIGHT": "0"},
-                   {}),
-    ]
-    if not args.no_rerank:
-        runs.append(ServiceRun("service, access weight 0, rerank=true (cross-encoder, top 20)", access0,
-                               {"rerank": True}))
+    runs = service_runs(rerank=not args.no_rerank)
     ingest_facts: dict[str, float] = {}
     service_model = None
     with common.data_dir() as data:
@@ -373,7 +416,11 @@ def main(argv: list[str] | None = None) -> Path:
                     memories, ingest_s = ingest(svc, conversations)
                     ingest_facts = {"memories": memories, "seconds": ingest_s}
                     print(f"  {memories} memories embedded and indexed in {ingest_s:.1f} s", flush=True)
-                service_model = common.service_embedder(svc)
+                group = list(group)
+                if group[0].model:
+                    wait_for_model(svc, group[0].model, sum(len(c.turns) for c in conversations))
+                elif i == 0:
+                    service_model = common.service_embedder(svc)
                 for run in group:
                     print(f"asking: {run.name}", flush=True)
                     run.planner = common.planner_stats(svc)
@@ -429,6 +476,11 @@ def report(conversations, questions, dropped, runs: list[ServiceRun], offline: l
     out.append(common.md_table(["method", "R@5", "R@10", "nDCG@10", "Hit@10", "cat 5 R@10"],
                                [row(m) for m in methods]))
 
+    out.append("\n## Ablation through the service\n")
+    out.append(f"Each row changes one thing against `{REFERENCE}` (every default stage on, rerank off, no access "
+               "boost, so the question order cannot move rankings). Categories 1-4.\n")
+    out.append(ablation_table(quality_runs, questions))
+
     for run in quality_runs[:2]:
         out.append(f"\n## Per category: {run.name}\n")
         out.append(per_category_table(run.result, questions))
@@ -441,7 +493,8 @@ def report(conversations, questions, dropped, runs: list[ServiceRun], offline: l
     best_bm25 = {m: max(by_name["BM25"][m], by_name["BM25 + stem"][m]) for m in METRICS}
     dense = {m: max(v[m] for k, v in by_name.items() if k.startswith("dense ")) for m in METRICS}
     verdicts = []
-    for name in [r.name for r in quality_runs] + [m.name for m in offline if m.name.startswith("hybrid 0.5")]:
+    hybrids = [r.name for r in quality_runs if "leg only" not in r.name]
+    for name in hybrids + [m.name for m in offline if m.name.startswith("hybrid 0.5")]:
         s = by_name[name]
         beats = [m for m in METRICS if s[m] > best_bm25[m] and s[m] > dense[m]]
         verdicts.append([name, *(f"{s[m] - best_bm25[m]:+.3f} / {s[m] - dense[m]:+.3f}" for m in METRICS),
@@ -485,6 +538,21 @@ def report(conversations, questions, dropped, runs: list[ServiceRun], offline: l
                "tables since the memories were written.\n")
     out.append(common.md_table(["run", "statistics"], [[run.name, run.planner] for run in runs]))
     return "\n".join(out)
+
+
+def ablation_table(runs: list[ServiceRun], questions: list[Question]) -> str:
+    overall = {1, 2, 3, 4}
+    ref_run = next(r for r in runs if r.name == REFERENCE)
+    ref = ref_run.result.summary(questions, overall)
+    rows = [["(reference) every default stage, no access boost", *(ref[m] for m in METRICS), "", "",
+             common.fmt_ms(common.percentiles(ref_run.latencies_ms)["p95"])]]
+    for run in runs:
+        if run.stage:
+            s = run.result.summary(questions, overall)
+            rows.append([run.stage, *(s[m] for m in METRICS), f"{s['R@10'] - ref['R@10']:+.3f}",
+                         f"{s['nDCG@10'] - ref['nDCG@10']:+.3f}",
+                         common.fmt_ms(common.percentiles(run.latencies_ms)["p95"])])
+    return common.md_table(["change", *METRICS, "ΔR@10", "ΔnDCG@10", "search p95 ms"], rows)
 
 
 def per_category_table(result: MethodResult, questions: list[Question]) -> str:

@@ -1,0 +1,485 @@
+"""Search latency against corpus size, through the service's own HTTP search.
+
+The corpus is 100 scopes (user_id `scale-000` .. `scale-099`) that grow together: 1k -> 10k ->
+30k -> 100k memories in all (10 -> 1,000 per scope), measured after each step. Its texts are the
+1,676 LoCoMo dev turns (`[<date>] <speaker>: <text>`): each scope holds a seeded random sample of
+them, so the same texts recur across scopes (never twice in one scope; the service deduplicates
+per scope). The vector index filters on the scope's payload, so a search scores only its own
+scope's points. The queries are LoCoMo dev questions, each sent to a seeded random scope.
+
+Remembering 100k memories through the API would take about 1.5 hours (about 18 memories/s: every
+remember runs a workflow), so the corpus is loaded offline, between service runs, with engram's
+own repository functions: the rows a raw remember writes (memory, BM25 postings and statistics,
+ADD history event) and what its pipeline then does with ENGRAM_LLM_PROVIDER=none (the canonical
+embedding in Postgres, the point in the Qdrant edge shard, extraction `skipped`). No job rows:
+the outbox dispatcher would start a workflow for each. Each text is embedded once, in this
+process, with the service's model; the service would compute the same vector.
+
+At each size: `engram up` on the same data directory, then, one request at a time from one
+keep-alive client: `GET /healthz` (baseline), the default search (no rerank; the latency series),
+the same searches with `explain: true` (the service's per-stage timings), searches with
+`rerank: true` (cross-encoder over the fused top 20), and the query embedding in this process
+(baseline). Targets (2 cores): default search p95 <= 25 ms and rerank p95 <= 500 ms, at 100k.
+
+    .venv/bin/python -m bench.scale           # 1k..100k -> bench/reports/scale.md, scale-*.png
+    .venv/bin/python -m bench.scale --quick   # 1k, 5k   -> bench/reports/scale-quick.md, scale-quick-*.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullLocator
+
+from bench import common, locomo
+from bench.latency import Series, get_series
+from engram import db
+from engram.embedding_spaces import index_point
+from engram.models import Memory, RememberRequest, Scope
+from engram.repositories import embeddings
+from engram.repositories import memories as repo
+from engram.settings import Settings
+from engram.text import content_hash, normalize, term_frequencies
+from worker.embedded import EmbeddedPostgres, free_port
+from worker.runtime import open_index
+
+TARGET_SIZE = 100_000
+TARGETS_MS = {"search_p95": 25.0, "rerank_p95": 500.0}
+SERVICE_ENV = {"ENGRAM_LLM_PROVIDER": "none"}
+ACTOR = "key:dev"  # the principal of the admin key `engram up` installs
+BATCH = 500  # memories per transaction when loading
+RERANK_TOP_N = 20
+STAGES = ("embed_query", "dense", "bm25", "fetch", "fusion", "expansion")
+
+
+# -- the corpus --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Entry:
+    """One pool text: a LoCoMo turn of conversation `sample_id`."""
+
+    sample_id: str
+    turn: locomo.Turn
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """The text pool, one vector per text (row i for entry i), and each scope's insertion order:
+    a seeded permutation of the pool, of which a corpus of N holds the first N / scopes."""
+
+    model: str
+    entries: list[Entry]
+    vectors: np.ndarray
+    order: list[list[int]]
+
+    def scope(self, i: int) -> Scope:
+        return Scope(user_id=f"scale-{i:03d}")
+
+
+def build_corpus(conversations: list[locomo.Conversation], embedder, scopes: int, seed: int) -> Corpus:
+    """Every distinct turn (by normalised text), embedded once as the service embeds documents."""
+    entries: dict[str, Entry] = {}
+    for conv in conversations:
+        for turn in conv.turns:
+            entries.setdefault(normalize(turn.text), Entry(conv.sample_id, turn))
+    pool = list(entries.values())
+    started = time.time()
+    vectors = embedder.embed_sync([e.turn.text for e in pool])
+    print(f"  embedded {len(pool)} distinct turns in {time.time() - started:.0f} s", flush=True)
+    rng = random.Random(seed)
+    return Corpus(embedder.name, pool, vectors, [rng.sample(range(len(pool)), len(pool)) for _ in range(scopes)])
+
+
+def queries(conversations: list[locomo.Conversation], n: int, scopes: int, seed: int) -> list[tuple[str, int]]:
+    """`n` (question, scope index) pairs: distinct LoCoMo questions (cycled if there are fewer),
+    each with a seeded random scope."""
+    texts = list(dict.fromkeys(q.question for conv in conversations for q in conv.questions))
+    rng = random.Random(seed)
+    rng.shuffle(texts)
+    return [(texts[i % len(texts)], rng.randrange(scopes)) for i in range(n)]
+
+
+# -- loading, offline --------------------------------------------------------------------------------
+
+@dataclass
+class LoadStep:
+    added: int
+    seconds: float  # writing rows and points
+    vacuum_s: float
+
+
+def service_settings(data: Path) -> Settings:
+    """What `common.service(..., SERVICE_ENV)` runs with on `data`. It hides this process's
+    ENGRAM_* variables from the service, so they are ignored here too (the prefix matches none)."""
+    return Settings(_env_prefix="ENGRAM_SCALE_BENCH_IGNORES_", data_dir=data, llm_provider="none")
+
+
+def load(data: Path, corpus: Corpus, start: int, stop: int) -> LoadStep:
+    """Add each scope's entries `start:stop` (of its order) while no service runs on `data`.
+
+    Starts the data directory's embedded Postgres on a free port and opens its edge shard (the
+    service must have run once, to migrate and choose the active model), writes, runs
+    VACUUM ANALYZE (what autovacuum would have done by the time a deployment holds this much),
+    and stops Postgres. Raises RuntimeError if the active model is not the corpus's or a text
+    is already in its scope.
+    """
+    settings = service_settings(data)
+    pg = EmbeddedPostgres(settings.data_dir / "postgres", free_port())
+    pg.start()
+    try:
+        return asyncio.run(_load(settings, pg.dsn(), corpus, start, stop))
+    finally:
+        pg.stop()
+
+
+async def _load(settings: Settings, dsn: str, corpus: Corpus, start: int, stop: int) -> LoadStep:
+    pool = await db.create_pool(dsn, min_size=1, max_size=1)
+    index = open_index(settings, corpus.model)
+    try:
+        state = await embeddings.state(pool)
+        if state.active != corpus.model or state.target is not None:
+            raise RuntimeError(f"the data directory serves {state.active} (target {state.target}), "
+                               f"not {corpus.model}")
+        await index.ensure(model=corpus.model, dim=corpus.vectors.shape[1])
+        todo = [(s, e) for s in range(len(corpus.order)) for e in corpus.order[s][start:stop]]
+        started = time.time()
+        for first in range(0, len(todo), BATCH):
+            batch = todo[first:first + BATCH]
+            async with pool.acquire() as conn:
+                async with conn.transaction():
+                    written = [await write_memory(conn, settings, corpus, s, e) for s, e in batch]
+            await index.upsert([index_point(m, corpus.vectors[e]) for m, (_, e) in zip(written, batch)])
+            if (first // BATCH) % 20 == 19:
+                print(f"  loaded {first + len(batch)}/{len(todo)}", flush=True)
+        seconds = time.time() - started
+        vacuum_started = time.time()
+        await pool.execute("VACUUM (ANALYZE)")
+        return LoadStep(len(todo), seconds, time.time() - vacuum_started)
+    finally:
+        await index.close()
+        await pool.close()
+
+
+async def write_memory(conn, settings: Settings, corpus: Corpus, scope_index: int, entry_index: int) -> Memory:
+    """What `MemoryService._write_memory` writes for a raw remember (minus the job row), then the
+    canonical embedding the pipeline stores, with extraction `skipped` as the pipeline leaves it
+    with no LLM provider. Returns the row as the pipeline reads it before indexing."""
+    entry = corpus.entries[entry_index]
+    req = RememberRequest(content=entry.turn.text, scope=corpus.scope(scope_index),
+                          session_id=f"{entry.sample_id}:{entry.turn.session}",
+                          metadata={"sample_id": entry.sample_id, "dia_id": entry.turn.dia_id})
+    normalized = normalize(req.content)
+    tf, length = term_frequencies(req.content, settings.bm25_stemmer)
+    new = repo.NewMemory(
+        id=uuid.uuid4(), scope=req.scope, content=req.content, normalized=normalized,
+        content_hash=content_hash(normalized), type=req.type, tags=req.tags, who=req.who,
+        source_type=req.source_type, source_id=req.source_id, session_id=req.session_id,
+        metadata=req.metadata, pinned=req.pinned, importance=req.importance,
+        extraction_status="skipped", token_count=length, actor=ACTOR,
+    )
+    if not await repo.insert_if_new(conn, new):
+        raise RuntimeError(f"{req.scope.user_id} already holds {req.content!r}")
+    await repo.insert_postings(conn, new.id, req.scope, tf)
+    await repo.add_to_bm25_stats(conn, req.scope, tf, length)
+    await repo.insert_history(conn, memory_id=new.id, event="ADD", version=1, actor_type="api", actor_id=ACTOR,
+                              new_content=req.content, new_metadata=req.metadata, session_id=req.session_id)
+    await repo.store_embedding(conn, new.id, corpus.vectors[entry_index], corpus.model)
+    return await repo.get(conn, new.id)
+
+
+# -- measuring ---------------------------------------------------------------------------------------
+
+@dataclass
+class SizeResult:
+    size: int
+    per_scope: int
+    load: LoadStep
+    points: int  # in the vector index, per /readyz
+    planner: str
+    healthz: Series
+    search: Series
+    explain: Series
+    rerank: Series
+    embed: Series
+    cpu_ms_per_search: dict[str, float]
+
+
+def search_series(svc: common.Service, label: str, corpus: Corpus, asks: list[tuple[str, int]],
+                  **request) -> Series:
+    """Each (query, scope) once, one at a time, limit 10, plus `request`'s fields. Outcomes count
+    result sizes, warnings and any result outside the asked scope; `explain` timings go to
+    stages_ms."""
+    series = Series(label, [])
+    for query, scope_index in asks:
+        scope = corpus.scope(scope_index)
+        response, ms = common.timed(svc.client.post, "/api/memory/search", json={
+            "query": query, "scope": scope.model_dump(exclude_none=True), "limit": 10, **request})
+        response.raise_for_status()
+        series.latencies_ms.append(ms)
+        body = response.json()
+        series.outcomes[f"{len(body['results'])} results"] += 1
+        if any(hit["memory"]["user_id"] != scope.user_id for hit in body["results"]):
+            series.outcomes["results outside the scope"] += 1
+        for warning in body["warnings"]:
+            series.outcomes[warning.split(":")[0]] += 1
+        for stage, facts in (body.get("explain") or {}).items():
+            series.stages_ms.setdefault(stage, []).append(facts["ms"])
+    return series
+
+
+def embed_series(embedder, asks: list[tuple[str, int]]) -> Series:
+    """The service's embedding model on the same queries, in this process (2 threads, as the
+    service runs it), while the service idles."""
+    series = Series("baseline: query embedding, in process", [])
+    prefix = embedder.files.query_prefix
+    for query, _ in asks:
+        _, ms = common.timed(embedder.embed_sync, [prefix + query])
+        series.latencies_ms.append(ms)
+    return series
+
+
+def measure(svc: common.Service, corpus: Corpus, embedder, asks, rerank_asks, warm_asks,
+            load_step: LoadStep, size: int) -> SizeResult:
+    points = common.index_points(svc)
+    if points != size:
+        raise RuntimeError(f"the index holds {points} points, not {size}")
+    planner = common.planner_stats(svc)
+    search_series(svc, "warm-up", corpus, warm_asks)
+    search_series(svc, "warm-up", corpus, warm_asks[:3], rerank=True)
+    healthz = get_series(svc, "baseline: GET /healthz", "/healthz", len(asks))
+    print(f"  {len(asks)} searches", flush=True)
+    cpu_before = common.tree_cpu_seconds(svc.proc.pid)
+    search = search_series(svc, "search (default, no rerank)", corpus, asks)
+    cpu_after = common.tree_cpu_seconds(svc.proc.pid)
+    cpu = {k: (cpu_after[k] - cpu_before.get(k, 0.0)) * 1e3 / len(asks) for k in cpu_after}
+    explain = search_series(svc, "search with explain", corpus, asks, explain=True)
+    print(f"  {len(rerank_asks)} searches with rerank", flush=True)
+    rerank = search_series(svc, f"search with rerank (top {RERANK_TOP_N})", corpus, rerank_asks,
+                           rerank=True, rerank_top_n=RERANK_TOP_N)
+    embed = embed_series(embedder, asks)
+    return SizeResult(size, size // len(corpus.order), load_step, points, planner, healthz, search, explain,
+                      rerank, embed, cpu)
+
+
+# -- the run -----------------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="sizes 1000,5000; 60 searches, 15 with rerank")
+    parser.add_argument("--sizes", help="total memories at each step, ascending (default 1000,10000,30000,100000)")
+    parser.add_argument("--scopes", type=int, default=100)
+    parser.add_argument("--searches", type=int, default=None, help="searches per size (default 300)")
+    parser.add_argument("--rerank-searches", type=int, default=None, help="rerank searches per size (default 100)")
+    parser.add_argument("--seed", type=int, default=17)
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in (args.sizes or ("1000,5000" if args.quick else "1000,10000,30000,100000")).split(",")]
+    searches = args.searches or (60 if args.quick else 300)
+    rerank_searches = args.rerank_searches or (15 if args.quick else 100)
+    if sizes != sorted(set(sizes)) or any(s % args.scopes for s in sizes):
+        parser.error(f"--sizes must ascend and be multiples of --scopes ({args.scopes})")
+    started = time.time()
+    conversations, _ = locomo.load()
+    asks = queries(conversations, searches + rerank_searches + 20, args.scopes, args.seed)
+    warm_asks, rerank_asks, asks = asks[:20], asks[20:20 + rerank_searches], asks[20 + rerank_searches:]
+    results: list[SizeResult] = []
+
+    with common.data_dir() as data:
+        with common.service("scale-init", data, SERVICE_ENV) as svc:
+            model = common.service_embedder(svc)
+        print(f"service initialised ({model}); embedding the text pool", flush=True)
+        embedder = common.open_embedder(model)
+        corpus = build_corpus(conversations, embedder, args.scopes, args.seed)
+        if sizes[-1] // args.scopes > len(corpus.entries):
+            parser.error(f"at most {len(corpus.entries)} memories per scope (the distinct LoCoMo turns)")
+        held = 0
+        for size in sizes:
+            print(f"loading up to {size} memories ({size // args.scopes} per scope)", flush=True)
+            step = load(data, corpus, held // args.scopes, size // args.scopes)
+            held = size
+            print(f"  {step.added} memories in {step.seconds:.0f} s, VACUUM ANALYZE {step.vacuum_s:.0f} s", flush=True)
+            with common.service(f"scale-{size}", data, SERVICE_ENV) as svc:
+                results.append(measure(svc, corpus, embedder, asks, rerank_asks, warm_asks, step, size))
+            print(f"  search p95 {common.percentiles(results[-1].search.latencies_ms)['p95']:.1f} ms", flush=True)
+
+    name = "scale-quick" if args.quick else "scale"
+    plots = write_plots(results, name)
+    body = report(results, model, args.scopes, len(corpus.entries), plots, quick=args.quick)
+    path = common.write_report(name, "Engram search latency against corpus size", body, started=started)
+    print(body)
+    print(f"\nreport: {path}")
+    return path
+
+
+# -- the report --------------------------------------------------------------------------------------
+
+def p(series: Series, key: str) -> float:
+    return common.percentiles(series.latencies_ms)[key]
+
+
+def report(results: list[SizeResult], model: str, scopes: int, pool: int, plots: list[Path], *,
+           quick: bool) -> str:
+    out = []
+    if quick:
+        out.append("**Quick run (smoke test): small sizes and few queries; the targets are defined at 100k.**\n")
+    out.append(
+        f"`engram up` (ENGRAM_LLM_PROVIDER=none, otherwise default settings; embedding model {model}) on one data "
+        f"directory whose corpus grows between runs: {scopes} scopes, the same number of memories in each. The texts "
+        f"are the {pool} distinct LoCoMo dev turns: each scope holds a seeded random sample of them, so **the same "
+        "texts recur across scopes** (never twice in one scope). Qdrant filters on the scope's payload (a tenant "
+        "index on `user_id`) and BM25 reads the scope's postings, so a search scores only its own scope's memories. "
+        "Queries: LoCoMo dev questions verbatim, each sent to a seeded random scope; the same queries at every "
+        "size.\n")
+    out.append(
+        "The memories are loaded offline, between service runs, through engram's repository functions "
+        "(`insert_if_new`, `insert_postings`, `add_to_bm25_stats`, `insert_history`, `store_embedding`, then "
+        "`index_point` into the edge shard): what a raw remember and its pipeline write. Each text was embedded "
+        "once, in the benchmark process, with the service's model. Differences from memories remembered one by "
+        f"one: the {BATCH} memories of one load transaction share a `created_at` (so session neighbours among "
+        "them are ordered by id), their ADD history events carry no request id, there are no job rows, and "
+        "VACUUM ANALYZE ran after each load step. The edge shard is left as the service leaves it (it never "
+        "calls `optimize()`).\n")
+    out.append(
+        "Requests go one at a time from one keep-alive client; each latency is the client's round trip over "
+        "loopback HTTP. The latency series is measured without `explain`; a second pass of the same queries "
+        "with `explain: true` gives the service's per-stage timings. Percentiles: linear interpolation (numpy).\n")
+    out.append("## Targets\n")
+    out.append(targets_table(results[-1]))
+    out.append("\n## Latency against corpus size\n")
+    out.extend(f"![{path.stem}]({path.name})\n" for path in plots)
+    rows = []
+    for r in results:
+        for series in (r.search, r.explain, r.rerank, r.healthz, r.embed):
+            rows.append([f"{r.size:,}", r.per_scope, *series.row()[:6],
+                         ", ".join(f"{k}: {v}" for k, v in sorted(series.outcomes.items()))])
+    out.append(common.md_table(["memories", "per scope", "series", "n", "p50 ms", "p95 ms", "p99 ms", "max ms",
+                                "outcomes"], rows))
+    out.append("\n## Where search time goes\n")
+    out.append(stages_section(results))
+    out.append("\n## Service CPU per default search\n")
+    out.append("CPU time (user + system) of the service's process tree during the default-search series, "
+               "divided by the number of searches.\n")
+    out.append(common.md_table(["memories", "engram ms", "postgres ms", "temporal ms", "round trip p50 ms"], [
+        [f"{r.size:,}", *(f"{r.cpu_ms_per_search.get(k, 0.0):.1f}" for k in ("engram", "postgres", "temporal")),
+         common.fmt_ms(p(r.search, "p50"))] for r in results]))
+    out.append("\n## Loading\n")
+    out.append(common.md_table(["memories after", "added", "write s", "memories/s", "VACUUM ANALYZE s",
+                                "index points"], [
+        [f"{r.size:,}", r.load.added, f"{r.load.seconds:.0f}", f"{r.load.added / max(r.load.seconds, 1e-9):.0f}",
+         f"{r.load.vacuum_s:.0f}", r.points] for r in results]))
+    out.append("\n## Notes\n")
+    out.extend(f"- At {r.size:,} a scope holds {r.per_scope} memories, fewer than {RERANK_TOP_N}: rerank scores "
+               "only those." for r in results if r.per_scope < RERANK_TOP_N)
+    out.extend(f"- Postgres planner statistics at {r.size:,} (diagnostic, read from Postgres directly): {r.planner}"
+               for r in results)
+    return "\n".join(out)
+
+
+def targets_table(last: SizeResult) -> str:
+    rows = []
+    for name, series, target in (("default search p95", last.search, TARGETS_MS["search_p95"]),
+                                 (f"rerank top {RERANK_TOP_N} p95", last.rerank, TARGETS_MS["rerank_p95"])):
+        measured = p(series, "p95")
+        verdict = ("PASS" if measured <= target else "FAIL") if last.size == TARGET_SIZE else \
+            f"not judged: targets are at {TARGET_SIZE:,}"
+        rows.append([f"{name} at {last.size:,} memories", f"{measured:.1f} ms", f"<= {target:.0f} ms at "
+                     f"{TARGET_SIZE:,}", verdict])
+    return common.md_table(["target", "measured", "required", "verdict"], rows)
+
+
+def stages_section(results: list[SizeResult]) -> str:
+    """Per-stage p50 / p95 at each size, the round trip of the explain pass, and the query
+    embedding's share."""
+    def cell(values: list[float]) -> str:
+        q = common.percentiles(values)
+        return f"{q['p50']:.1f} / {q['p95']:.1f}"
+
+    sums = [np.sum([r.explain.stages_ms[s] for s in STAGES], axis=0) for r in results]
+    rows = [[stage, *(cell(r.explain.stages_ms[stage]) for r in results)] for stage in STAGES]
+    rows.append(["sum of stages", *(cell(list(s)) for s in sums)])
+    rows.append(["client round trip (explain pass)", *(cell(r.explain.latencies_ms) for r in results)])
+    rows.append(["embed_query share of the round trip (mean)",
+                 *(f"{np.mean(r.explain.stages_ms['embed_query']) / np.mean(r.explain.latencies_ms):.0%}"
+                   for r in results)])
+    rows.append(["baseline: query embedding in process", *(cell(r.embed.latencies_ms) for r in results)])
+    rows.append(["baseline: GET /healthz", *(cell(r.healthz.latencies_ms) for r in results)])
+    last = results[-1]
+    embed = common.percentiles(last.explain.stages_ms["embed_query"])
+    trip = common.percentiles(last.explain.latencies_ms)
+    summary = (f"At {last.size:,} memories the query embedding (`embed_query`) took p50 {embed['p50']:.1f} ms / "
+               f"p95 {embed['p95']:.1f} ms of a p50 {trip['p50']:.1f} ms / p95 {trip['p95']:.1f} ms round trip "
+               f"(explain pass); the same embedding in the benchmark process, with the service idle, took p50 "
+               f"{p(last.embed, 'p50'):.1f} ms. The gap between the sum of stages and the round trip is outside "
+               "the stages: HTTP, the API-key lookup, JSON, and waiting for the event loop or a core.\n")
+    header = ["ms, p50 / p95", *(f"{r.size:,}" for r in results)]
+    return summary + "\n" + common.md_table(header, rows)
+
+
+# -- plots -------------------------------------------------------------------------------------------
+
+def write_plots(results: list[SizeResult], name: str) -> list[Path]:
+    """PNGs beside the report: default search and rerank percentiles against size, and the
+    mean per-stage breakdown."""
+    common.REPORTS.mkdir(parents=True, exist_ok=True)
+    scopes = results[0].size // results[0].per_scope
+    paths = [common.REPORTS / f"{name}-{kind}.png" for kind in ("latency", "rerank", "stages")]
+    plot_percentiles(results, "search", TARGETS_MS["search_p95"], f"Default search (no rerank), {scopes} scopes",
+                     paths[0])
+    plot_percentiles(results, "rerank", TARGETS_MS["rerank_p95"],
+                     f"Search with rerank of the top {RERANK_TOP_N}, {scopes} scopes", paths[1])
+    plot_stages(results, paths[2])
+    return paths
+
+
+def _axes(title: str):
+    fig = Figure(figsize=(8, 4.2), dpi=120, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    ax.set_title(title)
+    ax.set_axisbelow(True)
+    ax.grid(alpha=0.3)
+    return fig, ax
+
+
+def plot_percentiles(results: list[SizeResult], attr: str, target_ms: float, title: str, path: Path) -> None:
+    fig, ax = _axes(title)
+    sizes = [r.size for r in results]
+    for key, style in (("p50", "o-"), ("p95", "s-"), ("p99", "^--")):
+        ax.plot(sizes, [p(getattr(r, attr), key) for r in results], style, label=key)
+    ax.axhline(target_ms, color="red", linestyle=":", label=f"target: p95 <= {target_ms:.0f} ms at {TARGET_SIZE:,}")
+    ax.set_xscale("log")
+    ax.set_xticks(sizes, [f"{s:,}" for s in sizes])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("memories in the service (log scale)")
+    ax.set_ylabel("client round trip, ms")
+    fig.legend(loc="outside right upper", fontsize="small")
+    fig.savefig(path)
+
+
+def plot_stages(results: list[SizeResult], path: Path) -> None:
+    fig, ax = _axes("Where default search time goes (explain pass, mean ms)")
+    x = np.arange(len(results))
+    bottom = np.zeros(len(results))
+    for stage in STAGES:
+        means = np.array([np.mean(r.explain.stages_ms[stage]) for r in results])
+        ax.bar(x, means, bottom=bottom, label=stage, width=0.6)
+        bottom += means
+    ax.plot(x, [np.mean(r.explain.latencies_ms) for r in results], "kD", label="client round trip")
+    ax.set_xticks(x, [f"{r.size:,}" for r in results])
+    ax.set_xlabel("memories in the service")
+    ax.set_ylabel("ms")
+    fig.legend(loc="outside right upper", fontsize="small")
+    fig.savefig(path)
+
+
+if __name__ == "__main__":
+    main()
