@@ -58,7 +58,7 @@ SERVICE_ENV = {"ENGRAM_LLM_PROVIDER": "none"}
 ACTOR = "key:dev"  # the principal of the admin key `engram up` installs
 BATCH = 500  # memories per transaction when loading
 RERANK_TOP_N = 20
-STAGES = ("embed_query", "dense", "bm25", "fetch", "fusion", "expansion")
+STAGES = ("embed_query", "dense", "bm25", "fetch", "fusion", "expansion", "rows")
 
 
 # -- the corpus --------------------------------------------------------------------------------------

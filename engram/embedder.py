@@ -105,6 +105,8 @@ class Embedder:
         verify_sha256(files.name, files.model, files.sha256)
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
+        # Idle pool threads sleep instead of spinning: spinning burns the core Postgres needs.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.inter_op_num_threads = 1
         session = ort.InferenceSession(str(files.model), options, providers=["CPUExecutionProvider"])
         tokenizer = Tokenizer.from_file(str(files.tokenizer))

@@ -13,7 +13,7 @@ from engram.errors import ModelFileMismatch
 from engram.recall.rerank import CrossEncoder, ms_marco_files, with_context
 from tests.conftest import DEFAULT_MODEL
 
-STAGES = ["embed_query", "dense", "bm25", "fetch", "fusion", "expansion"]
+STAGES = ["embed_query", "dense", "bm25", "fetch", "fusion", "expansion", "rows"]
 
 
 async def test_explain_shows_every_stage_with_its_timing(app):

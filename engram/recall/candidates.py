@@ -1,15 +1,17 @@
 """Stage 1: candidates. Dense hits from the vector index and BM25 hits from Postgres, then the
-candidates' rows re-read with every filter, so nothing outside the scope or deleted survives."""
+candidates' rows re-read with every filter, so nothing outside the scope or deleted survives.
+Ranking reads a few columns of each candidate; only the results' full rows are read."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from uuid import UUID
 
 import asyncpg
 import numpy as np
 
-from engram.models import Memory, Scope
+from engram.models import Scope
 from engram.repositories import memories as repo
 from engram.settings import Settings
 from engram.text import bm25_terms
@@ -18,7 +20,9 @@ from engram.vector_index import IndexFilter, VectorIndex
 
 @dataclass(frozen=True)
 class Candidate:
-    memory: Memory
+    id: UUID
+    created_at: datetime
+    access_count: int
     similarity: float | None  # cosine of the canonical embedding to the query; None if not embedded yet
     bm25: float
     neighbours: tuple[UUID, ...] = ()  # session neighbours, when context expansion asked for them
@@ -52,6 +56,7 @@ async def rows(conn: asyncpg.Connection, ids: list[UUID], scope: Scope, filters:
                query_vector: np.ndarray, model: str, bm25: dict[UUID, float], *, neighbours: bool) -> list[Candidate]:
     """The candidates that pass scope and filters now, with both raw scores (and their session
     neighbours if asked)."""
-    found = await repo.fetch_candidates(conn, ids, scope, filters, query_vector, model, neighbours=neighbours)
-    return [Candidate(memory=f.memory, similarity=f.similarity, bm25=bm25.get(f.memory.id, 0.0),
-                      neighbours=f.neighbours) for f in found]
+    found = await repo.candidate_rows(conn, ids, scope, filters, query_vector, model, neighbours=neighbours)
+    return [Candidate(id=r.id, created_at=r.created_at, access_count=r.access_count, similarity=r.similarity,
+                      bm25=bm25.get(r.id, 0.0), neighbours=r.neighbours) for r in found]
+

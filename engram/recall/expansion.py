@@ -17,5 +17,5 @@ def lifts(candidates: list[Candidate], fused: dict[UUID, float], weight: float) 
     neighbours come with the candidates (`candidates.rows(..., neighbours=True)`).
     A neighbour that is not a candidate contributes 0."""
     if weight == 0:
-        return {c.memory.id: 0.0 for c in candidates}
-    return {c.memory.id: weight * sum(fused.get(n, 0.0) for n in c.neighbours) for c in candidates}
+        return {c.id: 0.0 for c in candidates}
+    return {c.id: weight * sum(fused.get(n, 0.0) for n in c.neighbours) for c in candidates}

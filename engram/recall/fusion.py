@@ -20,7 +20,7 @@ def minmax(values: dict[UUID, float | None]) -> dict[UUID, float]:
 def fuse(candidates: list[Candidate], vector_weight: float, bm25_weight: float
          ) -> tuple[dict[UUID, float], dict[UUID, float], dict[UUID, float]]:
     """(fused, vector_norm, bm25_norm) per candidate id."""
-    vector_norm = minmax({c.memory.id: c.similarity for c in candidates})
-    bm25_norm = minmax({c.memory.id: c.bm25 for c in candidates})
+    vector_norm = minmax({c.id: c.similarity for c in candidates})
+    bm25_norm = minmax({c.id: c.bm25 for c in candidates})
     fused = {k: vector_weight * vector_norm[k] + bm25_weight * bm25_norm[k] for k in vector_norm}
     return fused, vector_norm, bm25_norm

@@ -7,7 +7,8 @@ reranker first and the rest follow in that order.
 
 Stage 1's two legs overlap: Postgres scores BM25 while the query is embedded (in a thread) and
 the vector index is searched, so `explain`'s `embed_query` + `dense` and `bm25` run side by side.
-One pooled connection serves every query of a search.
+Ranking reads a few columns per candidate (`fetch`); the full rows are read for the results
+only (`rows`). One pooled connection serves every query of a search.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import asyncio
 import math
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from uuid import UUID
 
 import asyncpg
@@ -39,6 +41,14 @@ class Explain:
         now = time.perf_counter()
         self.stages[name] = {"ms": round((now - started) * 1e3, 3), **facts}
         return now
+
+
+@dataclass(frozen=True)
+class Ranked:
+    id: UUID
+    created_at: datetime
+    score: float
+    components: ScoreComponents
 
 
 @dataclass(frozen=True)
@@ -72,36 +82,10 @@ class Recall:
         s = self._settings
         explain = Explain()
         depth = max(s.search_candidates, opts.limit, opts.rerank_top_n if opts.rerank else 0)
-        model, space = await self._spaces.active()
         async with self._pool.acquire() as conn:
-            vector_leg = asyncio.create_task(self._vector_leg(space, query, scope, filters, depth))
-            try:
-                t = time.perf_counter()
-                lexical = await candidates.lexical(conn, s, query, scope, filters, depth)
-                bm25_ms = (time.perf_counter() - t) * 1e3
-            except BaseException:
-                vector_leg.cancel()
-                raise
-            query_vector, dense, (embed_ms, dense_ms) = await vector_leg
-            t = time.perf_counter()
-            # A dense hit outside BM25's top `depth` still gets its BM25 score; if the top held
-            # fewer than `depth`, it holds every memory with a query term and the rest score 0.
-            unscored = [i for i in dense if i not in lexical]
-            if unscored and len(lexical) >= depth:
-                lexical |= await candidates.lexical(conn, s, query, scope, filters, depth, only=unscored)
-            bm25_ms += (time.perf_counter() - t) * 1e3
-            explain.stages["embed_query"] = {"ms": round(embed_ms, 3), "model": model}
-            explain.stages["dense"] = {"ms": round(dense_ms, 3), "index": space.index.name, "hits": len(dense)}
-            explain.stages["bm25"] = {"ms": round(bm25_ms, 3), "hits": sum(1 for v in lexical.values() if v > 0)}
-            t = time.perf_counter()
-            ids = list(dict.fromkeys([*dense, *lexical]))
-            found = await candidates.rows(conn, ids, scope, filters, query_vector, model, lexical,
-                                          neighbours=s.expansion_weight != 0)
-            t = explain.stage("fetch", t, candidates=len(found))
-            hits = self._first_order(found, explain)
-            context = {}
-            if opts.rerank and s.rerank_session_context:
-                context = await repo.session_predecessors(conn, [h.memory.id for h in hits[:opts.rerank_top_n]])
+            found = await self._candidates(conn, query, scope, filters, depth, explain)
+            ranked = self._first_order(found, explain)
+            hits, context = await self._results(conn, ranked, scope, filters, opts, explain)
         warnings: list[str] = []
         if opts.rerank:
             t = time.perf_counter()
@@ -114,6 +98,51 @@ class Recall:
                 warnings.append(warning)
         return hits[:opts.limit], warnings, explain
 
+    async def _candidates(self, conn: asyncpg.Connection, query: str, scope: Scope, filters: repo.Filters,
+                          depth: int, explain: Explain) -> list[candidates.Candidate]:
+        """Stage 1: the BM25 leg in Postgres while the vector leg embeds and searches the index,
+        then the union's rows re-checked against scope and filters."""
+        s = self._settings
+        model, space = await self._spaces.active()
+        vector_leg = asyncio.create_task(self._vector_leg(space, query, scope, filters, depth))
+        try:
+            t = time.perf_counter()
+            lexical = await candidates.lexical(conn, s, query, scope, filters, depth)
+            bm25_ms = (time.perf_counter() - t) * 1e3
+        except BaseException:
+            vector_leg.cancel()
+            raise
+        query_vector, dense, (embed_ms, dense_ms) = await vector_leg
+        t = time.perf_counter()
+        # A dense hit outside BM25's top `depth` still gets its BM25 score; if the top held
+        # fewer than `depth`, it holds every memory with a query term and the rest score 0.
+        unscored = [i for i in dense if i not in lexical]
+        if unscored and len(lexical) >= depth:
+            lexical |= await candidates.lexical(conn, s, query, scope, filters, depth, only=unscored)
+        bm25_ms += (time.perf_counter() - t) * 1e3
+        explain.stages["embed_query"] = {"ms": round(embed_ms, 3), "model": model}
+        explain.stages["dense"] = {"ms": round(dense_ms, 3), "index": space.index.name, "hits": len(dense)}
+        explain.stages["bm25"] = {"ms": round(bm25_ms, 3), "hits": sum(1 for v in lexical.values() if v > 0)}
+        t = time.perf_counter()
+        found = await candidates.rows(conn, list(dict.fromkeys([*dense, *lexical])), scope, filters, query_vector,
+                                      model, lexical, neighbours=s.expansion_weight != 0)
+        explain.stage("fetch", t, candidates=len(found))
+        return found
+
+    async def _results(self, conn: asyncpg.Connection, ranked: list[Ranked], scope: Scope, filters: repo.Filters,
+                       opts: RecallOptions, explain: Explain) -> tuple[list[SearchHit], dict[UUID, str]]:
+        """The full rows of the results (and of the rerank's top N), re-checked against scope and
+        filters; and, for the rerank, what each of its top N follows in its session."""
+        t = time.perf_counter()
+        shown = ranked[:max(opts.limit, opts.rerank_top_n if opts.rerank else 0)]
+        rows = await repo.rows_in_scope(conn, [r.id for r in shown], scope, filters)
+        hits = [SearchHit(memory=rows[r.id], score=r.score, components=r.components) for r in shown if r.id in rows]
+        context = {}
+        if opts.rerank and self._settings.rerank_session_context:
+            context = await repo.session_predecessors(conn, [h.memory.id for h in hits[:opts.rerank_top_n]])
+        explain.stage("rows", t, read=len(rows))
+        return hits, context
+
     async def _vector_leg(self, space: Space, query: str, scope: Scope, filters: repo.Filters, depth: int
                           ) -> tuple[np.ndarray, dict[UUID, float], tuple[float, float]]:
         """(query vector, dense hits, (embedding ms, index ms))."""
@@ -123,26 +152,25 @@ class Recall:
         dense = await candidates.dense(space.index, query_vector, scope, filters, depth)
         return query_vector, dense, ((t1 - t) * 1e3, (time.perf_counter() - t1) * 1e3)
 
-    def _first_order(self, found: list[candidates.Candidate], explain: Explain) -> list[SearchHit]:
-        """Fusion, context expansion and the access boost: every candidate as a hit, best first."""
+    def _first_order(self, found: list[candidates.Candidate], explain: Explain) -> list[Ranked]:
+        """Fusion, context expansion and the access boost: every candidate, best first."""
         s = self._settings
         t = time.perf_counter()
         fused, vector_norm, bm25_norm = fusion.fuse(found, s.rank_vector_weight, s.rank_bm25_weight)
         t = explain.stage("fusion", t, vector_weight=s.rank_vector_weight, bm25_weight=s.rank_bm25_weight)
         lift = expansion.lifts(found, fused, s.expansion_weight)
         explain.stage("expansion", t, weight=s.expansion_weight, lifted=sum(1 for v in lift.values() if v > 0))
-        hits = []
+        ranked = []
         for c in found:
-            mid = c.memory.id
-            access = math.log1p(c.memory.access_count)
-            hits.append(SearchHit(memory=c.memory, score=fused[mid] + lift[mid] + s.rank_access_weight * access,
-                                  components=ScoreComponents(
-                                      vector=c.similarity or 0.0, bm25=c.bm25, vector_norm=vector_norm[mid],
-                                      bm25_norm=bm25_norm[mid], fused=fused[mid], expansion=lift[mid],
-                                      access=access)))
+            access = math.log1p(c.access_count)
+            components = ScoreComponents(vector=c.similarity or 0.0, bm25=c.bm25, vector_norm=vector_norm[c.id],
+                                         bm25_norm=bm25_norm[c.id], fused=fused[c.id], expansion=lift[c.id],
+                                         access=access)
+            ranked.append(Ranked(c.id, c.created_at, fused[c.id] + lift[c.id] + s.rank_access_weight * access,
+                                 components))
         # Equal scores: earlier memories first (a conversation's order).
-        hits.sort(key=lambda h: (-h.score, h.memory.created_at, str(h.memory.id)))
-        return hits
+        ranked.sort(key=lambda r: (-r.score, r.created_at, str(r.id)))
+        return ranked
 
     async def _rerank(self, query: str, hits: list[SearchHit], top_n: int, context: dict[UUID, str]
                       ) -> tuple[list[SearchHit], str | None]:

@@ -241,8 +241,12 @@ async def bm25_scores(
 
 
 @dataclass(frozen=True)
-class FetchedCandidate:
-    memory: Memory
+class CandidateRow:
+    """What ranking needs of a candidate; the full row is read only for the results."""
+
+    id: UUID
+    created_at: datetime
+    access_count: int
     similarity: float | None  # None where the memory has no embedding from the query's model yet
     neighbours: tuple[UUID, ...]  # live memories just before and after it in its scope and session
 
@@ -257,32 +261,46 @@ def _session_neighbour(column: str, before: bool) -> str:
              ORDER BY p.created_at {order}, p.id {order} LIMIT 1)"""
 
 
-async def fetch_candidates(
+def _in_scope(ids: list[UUID], scope: Scope, filters: Filters, *params) -> Where:
+    """`m.id = ANY($1)` inside `scope` and `filters`; `params` follow as $2, $3, ..."""
+    where = Where([ids, *params])
+    where.add_raw("m.id = ANY($1::uuid[])")
+    where.scope(scope, "m")
+    filters.apply(where)
+    return where
+
+
+async def candidate_rows(
     conn: asyncpg.Connection | asyncpg.Pool, ids: list[UUID], scope: Scope, filters: Filters,
     query_vector: np.ndarray, model: str, *, neighbours: bool,
-) -> list[FetchedCandidate]:
+) -> list[CandidateRow]:
     """Those of `ids` that are in `scope` and pass `filters`, each with the cosine similarity of
     its canonical embedding to the query and, if asked, its session neighbours.
 
     The candidates come from indexes that may lag; this re-check against the rows is what
-    guarantees scope and deletion."""
-    where = Where([ids, query_vector, model])
-    where.add_raw("m.id = ANY($1::uuid[])")
-    where.scope(scope, "m")
-    filters.apply(where)
+    guarantees scope and deletion (and `rows_in_scope` checks again for the results)."""
+    where = _in_scope(ids, scope, filters, query_vector, model)
     around = (f", {_session_neighbour('id', before=True)} AS prev, {_session_neighbour('id', before=False)} AS next"
               if neighbours else "")
     rows = await conn.fetch(
         f"""
-        SELECT {MEMORY_COLUMNS},
+        SELECT m.id, m.created_at, m.access_count,
                CASE WHEN m.embedding_model = $3 THEN 1 - (m.embedding <=> $2) END AS similarity{around}
         FROM memories m WHERE {where.sql()}
         """,
         *where.params,
     )
-    return [FetchedCandidate(row_to_memory(r), r["similarity"],
-                             tuple(x for x in (r.get("prev"), r.get("next")) if x is not None) if neighbours else ())
+    return [CandidateRow(r["id"], r["created_at"], r["access_count"], r["similarity"],
+                         tuple(x for x in (r["prev"], r["next"]) if x is not None) if neighbours else ())
             for r in rows]
+
+
+async def rows_in_scope(conn: asyncpg.Connection | asyncpg.Pool, ids: list[UUID], scope: Scope,
+                        filters: Filters) -> dict[UUID, Memory]:
+    """The full rows of those of `ids` that are in `scope` and pass `filters` now."""
+    where = _in_scope(ids, scope, filters)
+    rows = await conn.fetch(f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE {where.sql()}", *where.params)
+    return {r["id"]: row_to_memory(r) for r in rows}
 
 
 async def session_predecessors(conn: asyncpg.Connection | asyncpg.Pool, ids: list[UUID]) -> dict[UUID, str]:
