@@ -14,11 +14,13 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from engram.embedding_spaces import EmbeddingSpaces
+from engram.errors import EmbeddingUnavailable
 from engram.providers import LLMProvider, ProviderChainError, extract_with_chain
 from engram.repositories import jobs
 from engram.repositories import memories as repo
 from workflows.models import (
-    CompleteInput, ExtractOutput, GiveUpInput, LeaseInput, LeaseResult, MemoryRef, OutcomeInput, RetryInput,
+    CompleteInput, ExtractOutput, GiveUpInput, LeaseInput, LeaseResult, MemoryRef, NoteInput, OutcomeInput,
+    RetryInput,
 )
 
 log = logging.getLogger(__name__)
@@ -53,7 +55,20 @@ class RememberActivities:
         memory = await repo.get(self._pool, inp.memory_id)
         if memory is None:
             raise ApplicationError(f"no memory {inp.memory_id}", type="MemoryNotFound", non_retryable=True)
-        await self._spaces.embed_memory(memory)
+        try:
+            await self._spaces.embed_memory(memory)
+        except EmbeddingUnavailable as err:
+            if err.permanent:  # e.g. a remote embedder's 400 for a text too long for it
+                raise ApplicationError(err.detail, type="EmbeddingRejected", non_retryable=True) from err
+            raise
+
+    @activity.defn
+    async def note_error(self, inp: NoteInput) -> None:
+        """A failure the job carries on past, for `engram jobs` and the job's API to show."""
+        log.warning("remember job continues past a failure",
+                    extra={"job_id": str(inp.job_id), "code": inp.code, "detail": inp.error})
+        async with self._pool.acquire() as conn:
+            await jobs.note_error(conn, inp.job_id, error=inp.error, code=inp.code)
 
     @activity.defn
     async def extract(self, inp: MemoryRef) -> ExtractOutput:
@@ -125,5 +140,5 @@ class RememberActivities:
                 await repo.set_extraction_status(conn, inp.memory_id, "failed")
 
     def all(self) -> list:
-        return [self.lease_attempt, self.embed_and_index, self.extract, self.record_first_pass,
+        return [self.lease_attempt, self.embed_and_index, self.note_error, self.extract, self.record_first_pass,
                 self.schedule_retry, self.complete, self.give_up]

@@ -51,7 +51,12 @@ class ModelFileMismatch(ConfigError):
 
 
 class EmbeddingUnavailable(EngramError):
-    """The embedding model could not embed (a remote embedder down or answering badly)."""
+    """The embedding model could not embed (a remote embedder down or answering badly).
+    `permanent`: it refused this very text (say, too long for it); retrying cannot help."""
 
     type = "embedding_unavailable"
     http_status = 503
+
+    def __init__(self, detail: str, *, permanent: bool = False) -> None:
+        super().__init__(detail)
+        self.permanent = permanent

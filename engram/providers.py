@@ -97,11 +97,18 @@ class ProviderError(Exception):
     the contract asks for) or "refused" (the model declined).
     """
 
-    def __init__(self, provider: str, code: ErrorCode, detail: str) -> None:
+    def __init__(self, provider: str, code: ErrorCode, detail: str, *, status: int | None = None) -> None:
         super().__init__(provider, code, detail)
         self.provider = provider
         self.code = code
         self.detail = detail
+        self.status = status  # the HTTP status of an "http_error"
+
+    @property
+    def permanent(self) -> bool:
+        """The server refused this very request (a 4xx other than timeout, conflict or rate
+        limit): sending it again cannot succeed."""
+        return self.status is not None and 400 <= self.status < 500 and self.status not in (408, 409, 425, 429)
 
     def __str__(self) -> str:
         return f"{self.provider}: {self.code}: {self.detail}"
@@ -201,7 +208,7 @@ def _ollama_failure(exc: BaseException, url: str, timeout_s: float) -> ProviderE
     if isinstance(exc, httpx.TransportError):
         return ProviderError(name, "unreachable", f"connection to {url} failed: {type(exc).__name__}: {exc}")
     if isinstance(exc, ollama.ResponseError):
-        return ProviderError(name, "http_error", f"HTTP {exc.status_code}: {exc.error}")
+        return ProviderError(name, "http_error", f"HTTP {exc.status_code}: {exc.error}", status=exc.status_code)
     # A 2xx body that is not JSON, or not a chat/tags response.
     if isinstance(exc, (json.JSONDecodeError, ValidationError)):
         return ProviderError(name, "malformed_output", f"response body is not an Ollama response: {exc}")
@@ -339,7 +346,7 @@ def _openai_failure(exc: BaseException, url: str, timeout_s: float) -> ProviderE
         cause = f"{type(exc.__cause__).__name__}: {exc.__cause__}" if exc.__cause__ else exc.message
         return ProviderError(name, "unreachable", f"cannot connect to {url}: {cause}")
     if isinstance(exc, openai.APIStatusError):
-        return ProviderError(name, "http_error", f"HTTP {exc.status_code}: {exc.message}")
+        return ProviderError(name, "http_error", f"HTTP {exc.status_code}: {exc.message}", status=exc.status_code)
     # A 2xx body labelled JSON that is not.
     if isinstance(exc, (json.JSONDecodeError, openai.APIResponseValidationError)):
         return ProviderError(name, "malformed_output", f"response body is not an OpenAI response: {exc}")

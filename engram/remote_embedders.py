@@ -77,7 +77,8 @@ class _RemoteEmbedder:
             if failure is None:
                 raise
             self._log(started, failure.code)
-            raise EmbeddingUnavailable(f"{self.name}: {failure.code}: {failure.detail}") from exc
+            raise EmbeddingUnavailable(f"{self.name}: {failure.code}: {failure.detail}",
+                                       permanent=failure.permanent) from exc
         try:
             vectors = _unit_rows(rows, len(texts), self.dim)
         except ValueError as exc:

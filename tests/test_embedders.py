@@ -131,31 +131,74 @@ async def test_local_provider_is_the_default_and_opens_the_onnx_model():
     assert isinstance(embedder, Embedder) and embedder.name == "bge-small-en-v1.5" and embedder.dim == 384
 
 
-async def test_service_with_ollama_embedder_records_the_model_and_finds_the_memory(
-    postgres, temporal, reranker, fake_llm, tmp_path
-):
+@pytest_asyncio.fixture
+async def ollama_embedded_app(postgres, temporal, reranker, fake_llm, tmp_path):
+    """An Engram whose embedder is an Ollama model served by the fake server; no LLM."""
     settings = app_settings(
         tmp_path / uuid.uuid4().hex[:6], await new_database(postgres), temporal_address=temporal.address,
         embedding_provider="ollama", ollama_url=fake_llm.url, llm_provider="none",
     )
     # embedder=None: the runtime opens the embedder the settings name.
     async with running_app(settings, embedder=None, reranker=reranker) as app:
-        assert app.runtime.spaces.models == ["ollama:nomic-embed-text"]
-        # The first embedding call fails; Temporal retries the activity.
-        fake_llm.script_embeddings(FakeReply.status(500))
-        answer = await app.remember("Erin keeps bees on her rooftop", mode="async")
-        await app.wait_job(answer["job_id"], "done")
-        memory = (await app.get(f"/api/memory/{answer['memory_id']}")).json()
-        assert memory["embedding_model"] == "ollama:nomic-embed-text"
-        sent = [r.body["input"] for r in fake_llm.embedding_requests()]
-        assert sent.count(["Erin keeps bees on her rooftop"]) == 2
+        yield app
 
-        [hit] = await app.search("bees rooftop")
-        assert hit["memory"]["id"] == answer["memory_id"]
-        # A vector score exists only when the query's embedder made the memory's embedding.
-        assert hit["components"]["vector"] > 0.5
 
-        fake_llm.script_embeddings(FakeReply.status(500))
-        response = await app.post("/api/memory/search", {"query": "bees", "scope": {"user_id": "u1"}})
-        assert response.status_code == 503
-        assert response.json()["error"]["type"] == "embedding_unavailable"
+async def test_service_with_ollama_embedder_records_the_model_and_finds_the_memory(ollama_embedded_app, fake_llm):
+    app = ollama_embedded_app
+    assert app.runtime.spaces.models == ["ollama:nomic-embed-text"]
+    # The first embedding call fails; Temporal retries the activity.
+    fake_llm.script_embeddings(FakeReply.status(500))
+    answer = await app.remember("Erin keeps bees on her rooftop", mode="async")
+    await app.wait_job(answer["job_id"], "done")
+    memory = (await app.get(f"/api/memory/{answer['memory_id']}")).json()
+    assert memory["embedding_model"] == "ollama:nomic-embed-text"
+    sent = [r.body["input"] for r in fake_llm.embedding_requests()]
+    assert sent.count(["Erin keeps bees on her rooftop"]) == 2
+
+    [hit] = await app.search("bees rooftop")
+    assert hit["memory"]["id"] == answer["memory_id"]
+    # A vector score exists only when the query's embedder made the memory's embedding.
+    assert hit["components"]["vector"] > 0.5
+
+    fake_llm.script_embeddings(FakeReply.status(500))
+    response = await app.post("/api/memory/search", {"query": "bees", "scope": {"user_id": "u1"}})
+    assert response.status_code == 503
+    assert response.json()["error"]["type"] == "embedding_unavailable"
+
+    # Readiness says so, without taking the instance out: remember still saves.
+    fake_llm.script_embeddings(FakeReply.status(500))
+    ready = await app.http.get("/readyz")
+    assert ready.status_code == 200
+    embedder = ready.json()["components"]["embedder"]
+    assert embedder["reachable"] is False and "http_error" in embedder["probe"]
+    assert (await app.http.get("/readyz")).json()["components"]["embedder"]["reachable"] is True
+
+
+@pytest.mark.parametrize(("status", "permanent"), [(400, True), (413, True), (422, True), (408, False),
+                                                   (429, False), (500, False), (503, False)])
+@pytest.mark.parametrize("kind", ["ollama", "openai"])
+async def test_a_4xx_refusal_is_permanent_and_a_5xx_or_rate_limit_is_not(kind, status, permanent, fake_llm):
+    embedder = await open_embedder(embedding_settings(kind, fake_llm.url))
+    try:
+        fake_llm.script_embeddings(FakeReply.status(status, "input is too long"))
+        with pytest.raises(EmbeddingUnavailable) as raised:
+            await embedder.embed(["a very long text"])
+        assert raised.value.permanent is permanent
+    finally:
+        await embedder.aclose()
+
+
+async def test_a_text_the_embedder_refuses_is_not_retried_and_stays_findable_by_bm25(ollama_embedded_app, fake_llm):
+    app = ollama_embedded_app
+    fake_llm.script_embeddings(FakeReply.status(400, "input length exceeds the context length"))
+    answer = await app.remember("Gus repaired the lighthouse lamp in March", mode="async")
+    job = await app.wait_job(answer["job_id"], "done")
+    assert job["last_error_code"] == "EmbeddingRejected" and "context length" in job["last_error"]
+    sent = [r.body["input"] for r in fake_llm.embedding_requests()]
+    assert sent.count(["Gus repaired the lighthouse lamp in March"]) == 1
+    memory = (await app.get(f"/api/memory/{answer['memory_id']}")).json()
+    assert memory["embedding_model"] is None
+
+    [hit] = await app.search("lighthouse lamp")
+    assert hit["memory"]["id"] == answer["memory_id"]
+    assert hit["components"]["bm25"] > 0 and hit["components"]["vector"] == 0

@@ -24,14 +24,14 @@ from temporalio.worker import Worker
 from activities.reembed import ReembedActivities
 from activities.remember import RememberActivities
 from engram import auth, db
-from engram.errors import ConfigError
+from engram.errors import ConfigError, EmbeddingUnavailable
 from engram.embedder import Embedder
 from engram.repositories import bm25, embeddings, jobs, keys
 from engram.providers import LLMProvider, build_provider_chain
 from engram.recall.pipeline import Recall
 from engram.recall.rerank import CrossEncoder, LLMReranker, Reranker, ms_marco_files
 from engram.embedding_spaces import EmbeddingSpaces, Space
-from engram.remote_embedders import configured_model, open_embedder
+from engram.remote_embedders import PROBE_TEXT, configured_model, open_embedder
 from engram.service import MemoryService
 from engram.settings import Settings
 from engram.text import bm25_analyzer, term_frequencies
@@ -162,13 +162,27 @@ class Runtime:
         state = {}
         for name, result in zip(names, results):
             state[name] = {"ok": False, "detail": repr(result)} if isinstance(result, BaseException) else result
-        state["embedder"] = {"ok": True, "detail": ", ".join(self.spaces.models)}
+        state["embedder"] = await self._check_embedder()
         probes = await asyncio.gather(*(p.probe() for p in self.providers))
         state["providers"] = {
             "ok": True,  # An unreachable LLM degrades remember to a raw save; it never blocks readiness.
             "chain": [p.model_dump() for p in probes] or "none",
         }
         return state
+
+    async def _check_embedder(self) -> dict:
+        """The serving model; a remote one is asked to embed a probe. Never fails readiness: with
+        the embedder down, remember still saves (and retries the embedding) while search answers 503,
+        and every instance shares the same embedder."""
+        model, space = await self.spaces.active()
+        state = {"ok": True, "detail": ", ".join(self.spaces.models)}
+        if isinstance(space.embedder, Embedder):
+            return state  # in process: loaded means working
+        try:
+            await asyncio.wait_for(space.embedder.embed_query(PROBE_TEXT), 2)
+        except (EmbeddingUnavailable, TimeoutError) as exc:
+            return {**state, "reachable": False, "probe": f"{model}: {exc}"}
+        return {**state, "reachable": True, "probe": f"{model} embedded the probe"}
 
     async def _check_postgres(self) -> dict:
         await asyncio.wait_for(self.pool.fetchval("SELECT 1"), 2)

@@ -101,3 +101,9 @@ class ReembedResult(BaseModel):
     job_id: UUID
     target: str
     total: int
+
+
+class NoteInput(BaseModel):
+    job_id: UUID
+    error: str
+    code: str

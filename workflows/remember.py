@@ -16,7 +16,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from activities.remember import RememberActivities
     from workflows.models import (
-        CompleteInput, GiveUpInput, LeaseInput, MemoryRef, OutcomeInput, RememberInput, RememberResult,
+        CompleteInput, GiveUpInput, LeaseInput, MemoryRef, NoteInput, OutcomeInput, RememberInput, RememberResult,
         RetryInput,
     )
 
@@ -74,9 +74,10 @@ class RememberWorkflow:
         if self._fast:
             embedding = workflow.start_activity_method(RememberActivities.embed_and_index, memory, **_STORE)
             attempt = self._extract(inp, memory)
-            await embedding
+            await self._embedded(inp, embedding)
         else:
-            await workflow.execute_activity_method(RememberActivities.embed_and_index, memory, **_STORE)
+            await self._embedded(inp, workflow.execute_activity_method(RememberActivities.embed_and_index, memory,
+                                                                       **_STORE))
 
         delay = inp.backoff_initial_s
         while True:
@@ -120,6 +121,17 @@ class RememberWorkflow:
     @workflow.query
     def attempt(self) -> int:
         return self._attempt
+
+    async def _embedded(self, inp: RememberInput, embedding) -> None:
+        """Wait for the embedding. A text the embedder refuses for good (`EmbeddingRejected`) is
+        noted on the job and left to BM25; Temporal retries every other failure."""
+        try:
+            await embedding
+        except ActivityError as err:
+            error, code = _describe(err)
+            if code != "EmbeddingRejected":
+                raise
+            await self._db_step(RememberActivities.note_error, NoteInput(job_id=inp.job_id, error=error, code=code))
 
     async def _note_first_pass(self, inp: RememberInput, memory_id, outcome: str) -> None:
         if self._first_pass is not None:

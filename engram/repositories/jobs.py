@@ -121,6 +121,14 @@ async def schedule_retry(
     )
 
 
+async def note_error(conn: asyncpg.Connection, job_id: UUID, *, error: str, code: str) -> None:
+    """Record a failure the job carries on past (its status does not change)."""
+    await conn.execute(
+        "UPDATE memory_jobs SET last_error = $2, last_error_code = $3, updated_at = now() WHERE id = $1",
+        job_id, error, code,
+    )
+
+
 async def finish(conn: asyncpg.Connection, job_id: UUID, *, status: str, error: str | None = None,
                  code: str | None = None) -> bool:
     """Move the job to done or dead. Returns False if it had already finished (nothing changed)."""
