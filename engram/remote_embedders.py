@@ -21,10 +21,8 @@ import numpy as np
 from engram.embedder import Embedder, model_files
 from engram.logs import log_outbound
 from engram.errors import ConfigError, EmbeddingUnavailable
-# Private helpers, imported rather than copied: one definition of which hosts memory text may
-# reach, and one reading of each client library's exceptions.
-from engram.providers import (
-    ProviderError, _check_endpoint, _ollama_failure, _openai_failure, ollama_client, openai_client,
+from engram.model_servers import (
+    ProviderError, check_endpoint, ollama_client, ollama_failure, openai_client, openai_failure,
 )
 from engram.settings import Settings
 
@@ -155,7 +153,7 @@ class OllamaEmbedder(_RemoteEmbedder):
         return response.embeddings
 
     def _failure(self, exc: BaseException) -> ProviderError | None:
-        return _ollama_failure(exc, self.url, self.timeout_s)
+        return ollama_failure(exc, self.url, self.timeout_s)
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -196,7 +194,7 @@ class OpenAIEmbedder(_RemoteEmbedder):
         return [getattr(item, "embedding", None) for item in ordered]
 
     def _failure(self, exc: BaseException) -> ProviderError | None:
-        return _openai_failure(exc, self.url, self.timeout_s)
+        return openai_failure(exc, self.url, self.timeout_s)
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -230,11 +228,11 @@ async def open_embedder(settings: Settings, model: str | None = None) -> TextEmb
     if not remote_model:
         raise ConfigError(f"the {provider} embedder needs ENGRAM_{provider.upper()}_EMBEDDING_MODEL")
     if provider == "ollama":
-        _check_endpoint(settings, "ollama embedding", settings.ollama_url)
+        check_endpoint(settings, "ollama embedding", settings.ollama_url)
         return await OllamaEmbedder.open(url=settings.ollama_url, model=remote_model, timeout_s=settings.llm_timeout_s)
     if provider != "openai":
         raise ConfigError(f"unknown embedding model {model!r}")
-    _check_endpoint(settings, "openai embedding", settings.openai_base_url)
+    check_endpoint(settings, "openai embedding", settings.openai_base_url)
     return await OpenAIEmbedder.open(
         base_url=settings.openai_base_url, api_key=settings.openai_api_key, model=remote_model,
         timeout_s=settings.llm_timeout_s,
