@@ -1,0 +1,175 @@
+"""The corpus of `bench.scale` and its offline loader.
+
+The corpus is 100 scopes (user_id `scale-000` ..) whose texts are the 1,676 LoCoMo dev turns:
+each scope holds a seeded random sample of them, so the same texts recur across scopes (never
+twice in one scope). Each distinct text is embedded once, in this process, with the service's
+model; the service would compute the same vector.
+
+Remembering 100k memories through the API would take over an hour (every remember runs a
+workflow), so `load` writes them offline, between service runs, with engram's own repository
+functions: the rows a raw remember writes (memory, BM25 postings and statistics, ADD history
+event) and what its pipeline then does with ENGRAM_LLM_PROVIDER=none (the canonical embedding
+in Postgres, the point in the Qdrant edge shard, extraction `skipped`). No job rows: the outbox
+dispatcher would start a workflow for each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bench import locomo
+from engram import db
+from engram.embedding_spaces import index_point
+from engram.models import Memory, RememberRequest, Scope
+from engram.repositories import embeddings
+from engram.repositories import memories as repo
+from engram.settings import Settings
+from engram.text import content_hash, normalize, term_frequencies
+from worker.embedded import EmbeddedPostgres, free_port
+from worker.runtime import open_index
+
+SERVICE_ENV = {"ENGRAM_LLM_PROVIDER": "none"}  # what the service runs with while measured
+ACTOR = "key:dev"  # the principal of the admin key `engram up` installs
+BATCH = 500  # memories per transaction when loading
+
+
+# -- the corpus --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Entry:
+    """One pool text: a LoCoMo turn of conversation `sample_id`."""
+
+    sample_id: str
+    turn: locomo.Turn
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """The text pool, one vector per text (row i for entry i), and each scope's insertion order:
+    a seeded permutation of the pool, of which a corpus of N holds the first N / scopes."""
+
+    model: str
+    entries: list[Entry]
+    vectors: np.ndarray
+    order: list[list[int]]
+
+    def scope(self, i: int) -> Scope:
+        return Scope(user_id=f"scale-{i:03d}")
+
+
+def build_corpus(conversations: list[locomo.Conversation], embedder, scopes: int, seed: int) -> Corpus:
+    """Every distinct turn (by normalised text), embedded once as the service embeds documents."""
+    entries: dict[str, Entry] = {}
+    for conv in conversations:
+        for turn in conv.turns:
+            entries.setdefault(normalize(turn.text), Entry(conv.sample_id, turn))
+    pool = list(entries.values())
+    started = time.time()
+    vectors = embedder.embed_sync([e.turn.text for e in pool])
+    print(f"  embedded {len(pool)} distinct turns in {time.time() - started:.0f} s", flush=True)
+    rng = random.Random(seed)
+    return Corpus(embedder.name, pool, vectors, [rng.sample(range(len(pool)), len(pool)) for _ in range(scopes)])
+
+
+def queries(conversations: list[locomo.Conversation], n: int, scopes: int, seed: int) -> list[tuple[str, int]]:
+    """`n` (question, scope index) pairs: distinct LoCoMo questions (cycled if there are fewer),
+    each with a seeded random scope."""
+    texts = list(dict.fromkeys(q.question for conv in conversations for q in conv.questions))
+    rng = random.Random(seed)
+    rng.shuffle(texts)
+    return [(texts[i % len(texts)], rng.randrange(scopes)) for i in range(n)]
+
+
+# -- loading, offline --------------------------------------------------------------------------------
+
+@dataclass
+class LoadStep:
+    added: int
+    seconds: float  # writing rows and points
+    vacuum_s: float
+
+
+def service_settings(data: Path) -> Settings:
+    """What `common.service(..., SERVICE_ENV)` runs with on `data`. It hides this process's
+    ENGRAM_* variables from the service, so they are ignored here too (the prefix matches none)."""
+    return Settings(_env_prefix="ENGRAM_SCALE_BENCH_IGNORES_", data_dir=data, llm_provider="none")
+
+
+def load(data: Path, corpus: Corpus, start: int, stop: int) -> LoadStep:
+    """Add each scope's entries `start:stop` (of its order) while no service runs on `data`.
+
+    Starts the data directory's embedded Postgres on a free port and opens its edge shard (the
+    service must have run once, to migrate and choose the active model), writes, runs
+    VACUUM ANALYZE (what autovacuum would have done by the time a deployment holds this much),
+    and stops Postgres. Raises RuntimeError if the active model is not the corpus's or a text
+    is already in its scope.
+    """
+    settings = service_settings(data)
+    pg = EmbeddedPostgres(settings.data_dir / "postgres", free_port())
+    pg.start()
+    try:
+        return asyncio.run(_load(settings, pg.dsn(), corpus, start, stop))
+    finally:
+        pg.stop()
+
+
+async def _load(settings: Settings, dsn: str, corpus: Corpus, start: int, stop: int) -> LoadStep:
+    pool = await db.create_pool(dsn, min_size=1, max_size=1)
+    index = open_index(settings, corpus.model)
+    try:
+        state = await embeddings.state(pool)
+        if state.active != corpus.model or state.target is not None:
+            raise RuntimeError(f"the data directory serves {state.active} (target {state.target}), "
+                               f"not {corpus.model}")
+        await index.ensure(model=corpus.model, dim=corpus.vectors.shape[1])
+        todo = [(s, e) for s in range(len(corpus.order)) for e in corpus.order[s][start:stop]]
+        started = time.time()
+        for first in range(0, len(todo), BATCH):
+            batch = todo[first:first + BATCH]
+            async with pool.acquire() as conn:
+                async with conn.transaction():
+                    written = [await write_memory(conn, settings, corpus, s, e) for s, e in batch]
+            await index.upsert([index_point(m, corpus.vectors[e]) for m, (_, e) in zip(written, batch)])
+            if (first // BATCH) % 20 == 19:
+                print(f"  loaded {first + len(batch)}/{len(todo)}", flush=True)
+        seconds = time.time() - started
+        vacuum_started = time.time()
+        await pool.execute("VACUUM (ANALYZE)")
+        return LoadStep(len(todo), seconds, time.time() - vacuum_started)
+    finally:
+        await index.close()
+        await pool.close()
+
+
+async def write_memory(conn, settings: Settings, corpus: Corpus, scope_index: int, entry_index: int) -> Memory:
+    """What `MemoryService._write_memory` writes for a raw remember (minus the job row), then the
+    canonical embedding the pipeline stores, with extraction `skipped` as the pipeline leaves it
+    with no LLM provider. Returns the row as the pipeline reads it before indexing."""
+    entry = corpus.entries[entry_index]
+    req = RememberRequest(content=entry.turn.text, scope=corpus.scope(scope_index),
+                          session_id=f"{entry.sample_id}:{entry.turn.session}",
+                          metadata={"sample_id": entry.sample_id, "dia_id": entry.turn.dia_id})
+    normalized = normalize(req.content)
+    tf, length = term_frequencies(req.content, settings.bm25_stemmer)
+    new = repo.NewMemory(
+        id=uuid.uuid4(), scope=req.scope, content=req.content, normalized=normalized,
+        content_hash=content_hash(normalized), type=req.type, tags=req.tags, who=req.who,
+        source_type=req.source_type, source_id=req.source_id, session_id=req.session_id,
+        metadata=req.metadata, pinned=req.pinned, importance=req.importance,
+        extraction_status="skipped", token_count=length, actor=ACTOR,
+    )
+    if not await repo.insert_if_new(conn, new):
+        raise RuntimeError(f"{req.scope.user_id} already holds {req.content!r}")
+    await repo.insert_postings(conn, new.id, req.scope, tf)
+    await repo.add_to_bm25_stats(conn, req.scope, tf, length)
+    await repo.insert_history(conn, memory_id=new.id, event="ADD", version=1, actor_type="api", actor_id=ACTOR,
+                              new_content=req.content, new_metadata=req.metadata, session_id=req.session_id)
+    await repo.store_embedding(conn, new.id, corpus.vectors[entry_index], corpus.model)
+    return await repo.get(conn, new.id)
