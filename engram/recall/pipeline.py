@@ -111,6 +111,7 @@ class Recall:
             bm25_ms = (time.perf_counter() - t) * 1e3
         except BaseException:
             vector_leg.cancel()
+            await asyncio.gather(vector_leg, return_exceptions=True)  # its own failure is not news
             raise
         query_vector, dense, (embed_ms, dense_ms) = await vector_leg
         t = time.perf_counter()
