@@ -32,7 +32,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
-from bench import common, locomo
+from bench import common, locomo_data
 from bench.latency import Series, get_series
 from bench.scale_corpus import BATCH, SERVICE_ENV, Corpus, LoadStep, build_corpus, load, queries
 
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> Path:
     if sizes != sorted(set(sizes)) or any(s % args.scopes for s in sizes):
         parser.error(f"--sizes must ascend and be multiples of --scopes ({args.scopes})")
     started = time.time()
-    conversations, _ = locomo.load()
+    conversations, _ = locomo_data.load()
     asks = queries(conversations, searches + rerank_searches + 20, args.scopes, args.seed)
     warm_asks, rerank_asks, asks = asks[:20], asks[20:20 + rerank_searches], asks[20 + rerank_searches:]
     results: list[SizeResult] = []

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import locomo
+from bench import locomo_data
 from engram import db
 from engram.embedding_spaces import index_point
 from engram.models import Memory, RememberRequest, Scope
@@ -47,7 +47,7 @@ class Entry:
     """One pool text: a LoCoMo turn of conversation `sample_id`."""
 
     sample_id: str
-    turn: locomo.Turn
+    turn: locomo_data.Turn
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class Corpus:
         return Scope(user_id=f"scale-{i:03d}")
 
 
-def build_corpus(conversations: list[locomo.Conversation], embedder, scopes: int, seed: int) -> Corpus:
+def build_corpus(conversations: list[locomo_data.Conversation], embedder, scopes: int, seed: int) -> Corpus:
     """Every distinct turn (by normalised text), embedded once as the service embeds documents."""
     entries: dict[str, Entry] = {}
     for conv in conversations:
@@ -78,7 +78,7 @@ def build_corpus(conversations: list[locomo.Conversation], embedder, scopes: int
     return Corpus(embedder.name, pool, vectors, [rng.sample(range(len(pool)), len(pool)) for _ in range(scopes)])
 
 
-def queries(conversations: list[locomo.Conversation], n: int, scopes: int, seed: int) -> list[tuple[str, int]]:
+def queries(conversations: list[locomo_data.Conversation], n: int, scopes: int, seed: int) -> list[tuple[str, int]]:
     """`n` (question, scope index) pairs: distinct LoCoMo questions (cycled if there are fewer),
     each with a seeded random scope."""
     texts = list(dict.fromkeys(q.question for conv in conversations for q in conv.questions))
