@@ -59,4 +59,3 @@ async def rows(conn: asyncpg.Connection, ids: list[UUID], scope: Scope, filters:
     found = await repo.candidate_rows(conn, ids, scope, filters, query_vector, model, neighbours=neighbours)
     return [Candidate(id=r.id, created_at=r.created_at, access_count=r.access_count, similarity=r.similarity,
                       bm25=bm25.get(r.id, 0.0), neighbours=r.neighbours) for r in found]
-

@@ -208,7 +208,10 @@ async def bm25_scores(
     where_s.scope(scope, "s")
     where_f = Where(where_s.params)
     filters.apply(where_f)
-    top = "" if only_ids is not None else f"ORDER BY score DESC LIMIT {int(limit)}"
+    top = ""
+    if only_ids is None:
+        where_f.params.append(limit)
+        top = f"ORDER BY score DESC LIMIT ${len(where_f.params)}"
     rows = await conn.fetch(
         f"""
         WITH scopes AS (
