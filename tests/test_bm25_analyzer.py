@@ -101,11 +101,11 @@ async def _fresh(conn, sql: str) -> int:
 
 
 def _messages(caplog, message: str) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name == "worker.runtime" and r.getMessage() == message]
+    return [r for r in caplog.records if r.name == "engram.lexical_index" and r.getMessage() == message]
 
 
 async def test_changing_the_stemmer_rebuilds_postings_and_statistics_at_start_up(make_app, tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="worker.runtime")
+    caplog.set_level(logging.INFO, logger="engram.lexical_index")
     dsn, ids = await _fill_with_english(make_app, tmp_path / "state")
     assert (await _stored_state(dsn)).analyzer == bm25_analyzer("english")
     assert _messages(caplog, REBUILT) == []
@@ -139,7 +139,7 @@ async def test_changing_the_stemmer_rebuilds_postings_and_statistics_at_start_up
 
 
 async def test_a_new_tokeniser_version_rebuilds_postings_and_lengths(make_app, tmp_path, caplog, monkeypatch):
-    caplog.set_level(logging.INFO, logger="worker.runtime")
+    caplog.set_level(logging.INFO, logger="engram.lexical_index")
     dsn, ids = await _fill_with_english(make_app, tmp_path / "state")
     lengths_before = dict(await _lengths(dsn))
     # A release whose tokeniser keeps stopwords: every document gets longer.
@@ -157,7 +157,7 @@ async def test_a_new_tokeniser_version_rebuilds_postings_and_lengths(make_app, t
 
 
 async def test_reopening_with_the_same_analyzer_rebuilds_nothing(make_app, tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="worker.runtime")
+    caplog.set_level(logging.INFO, logger="engram.lexical_index")
     dsn, ids = await _fill_with_english(make_app, tmp_path / "state")
     async with make_app(postgres_dsn=dsn, data_dir=tmp_path / "state", bm25_stemmer="none") as app:
         first = await bm25.state(app.pool)
@@ -170,7 +170,7 @@ async def test_reopening_with_the_same_analyzer_rebuilds_nothing(make_app, tmp_p
 
 async def test_processes_starting_together_rebuild_once(make_app, temporal, embedder, reranker, tmp_path, caplog):
     # The compose deployment starts the api and the worker process at the same time.
-    caplog.set_level(logging.INFO, logger="worker.runtime")
+    caplog.set_level(logging.INFO, logger="engram.lexical_index")
     dsn, _ = await _fill_with_english(make_app, tmp_path / "state")
     blocker = await asyncpg.connect(dsn)
     try:
@@ -208,7 +208,7 @@ async def test_processes_starting_together_rebuild_once(make_app, temporal, embe
 
 async def test_database_from_before_the_analyzer_was_recorded_counts_as_the_first_english(make_app, tmp_path, caplog):
     """Before 0005 every posting came from tokeniser version 1 and the english stemmer."""
-    caplog.set_level(logging.INFO, logger="worker.runtime")
+    caplog.set_level(logging.INFO, logger="engram.lexical_index")
     dsn, ids = await _fill_with_english(make_app, tmp_path / "state")
     # Back to how a database migrated before 0005_bm25_analyzer.sql looks.
     conn = await asyncpg.connect(dsn)
@@ -226,7 +226,7 @@ async def test_database_from_before_the_analyzer_was_recorded_counts_as_the_firs
 
 
 async def test_fresh_database_records_the_configured_analyzer_without_rebuilding(make_app, caplog):
-    caplog.set_level(logging.INFO, logger="worker.runtime")
+    caplog.set_level(logging.INFO, logger="engram.lexical_index")
     async with make_app(bm25_stemmer="none") as app:
         assert await bm25.state(app.pool) == bm25.Bm25State(bm25_analyzer("none"), None)
         assert _messages(caplog, REBUILT) == []

@@ -12,7 +12,6 @@ import contextlib
 import logging
 import os
 import socket
-import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -23,10 +22,10 @@ from temporalio.worker import Worker
 
 from activities.reembed import ReembedActivities
 from activities.remember import RememberActivities
-from engram import auth, db
+from engram import auth, db, lexical_index
 from engram.errors import ConfigError, EmbeddingUnavailable
 from engram.embedder import Embedder
-from engram.repositories import bm25, embeddings, jobs, keys
+from engram.repositories import embeddings, jobs, keys
 from engram.providers import LLMProvider, build_provider_chain
 from engram.recall.pipeline import Recall
 from engram.recall.rerank import CrossEncoder, LLMReranker, Reranker, ms_marco_files
@@ -34,7 +33,7 @@ from engram.embedding_spaces import EmbeddingSpaces, Space
 from engram.remote_embedders import PROBE_TEXT, configured_model, open_embedder
 from engram.service import MemoryService
 from engram.settings import Settings
-from engram.text import bm25_analyzer, term_frequencies
+from engram.text import bm25_analyzer
 from engram.vector_index import EdgeIndex, QdrantServerIndex, VectorIndex, vector_name
 from workflows.client import TemporalPipeline, dispatch_forever
 from workflows.reembed import ReembedWorkflow
@@ -102,7 +101,7 @@ class Runtime:
         pool = await db.create_pool(settings.postgres_dsn, min_size=settings.postgres_pool_min,
                                     max_size=settings.postgres_pool_max)
         try:
-            await _settle_bm25_analyzer(pool, analyzer, settings.bm25_stemmer)
+            await lexical_index.settle_analyzer(pool, analyzer, settings.bm25_stemmer)
             wanted = configured_model(settings)
             state = await _plan_models(pool, settings, wanted)
             loaded = {embedder.name: embedder} if embedder is not None else {}
@@ -225,49 +224,6 @@ async def _plan_models(pool: asyncpg.Pool, settings: Settings, wanted: str) -> e
                                                                 "job_id": str(job_id)})
                 state = await embeddings.state(conn)
             return state
-
-
-async def _settle_bm25_analyzer(pool: asyncpg.Pool, analyzer: str, stemmer: str, batch: int = 2_000) -> None:
-    """Make the stored BM25 postings, document lengths and statistics those of `analyzer`
-    (`bm25_analyzer(stemmer)`), which tokenises the queries.
-
-    The state row is held FOR UPDATE, so of several processes starting at once one rebuilds
-    and the others then find the analyzer recorded. The rebuild is one transaction: searches
-    read the old postings until it commits; writes wait for it.
-    """
-    async with pool.acquire() as conn:
-        async with conn.transaction():
-            state = await bm25.state(conn, lock="FOR UPDATE")
-            if state.analyzer == analyzer:
-                return
-            if not await bm25.holds_memories(conn):
-                await bm25.record(conn, analyzer, rebuilt=False)
-                log.info("BM25 analyzer recorded", extra={"analyzer": analyzer})
-                return
-            log.warning("rebuilding BM25 postings", extra={"from": state.analyzer, "to": analyzer})
-            started = time.perf_counter()
-            await bm25.clear(conn)
-            memories = postings = relengthed = 0
-            cursor = await bm25.open_documents(conn)
-            while rows := await cursor.fetch(batch):
-                new_postings, lengths = [], []
-                for row in rows:
-                    tf, length = term_frequencies(row["content"], stemmer)
-                    new_postings += [(row["id"], term, count, row["user_id"], row["agent_id"], row["run_id"])
-                                     for term, count in tf.items()]
-                    if length != row["token_count"]:
-                        lengths.append((row["id"], length))
-                await bm25.copy_postings(conn, new_postings)
-                await bm25.set_lengths(conn, lengths)
-                memories += len(rows)
-                postings += len(new_postings)
-                relengthed += len(lengths)
-            scopes, terms = await bm25.recount_stats(conn)
-            await bm25.record(conn, analyzer, rebuilt=True)
-    log.info("BM25 postings rebuilt", extra={
-        "from": state.analyzer, "to": analyzer, "memories": memories, "postings": postings,
-        "lengths_changed": relengthed, "scopes": scopes, "terms": terms,
-        "latency_ms": round((time.perf_counter() - started) * 1000, 1)})
 
 
 async def _connect_temporal(settings: Settings, *, lazy: bool, timeout_s: float = 60) -> Client:
