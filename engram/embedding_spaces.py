@@ -8,6 +8,7 @@ same transaction as their write, so a write can never land on the wrong side of 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 
@@ -48,6 +49,7 @@ class EmbeddingSpaces:
         self._active = active
         self._refresh_s = refresh_s
         self._checked = time.monotonic()
+        self._refreshing = asyncio.Lock()  # one state read at a time, however many searches wait
 
     @property
     def models(self) -> list[str]:
@@ -57,10 +59,13 @@ class EmbeddingSpaces:
         return self._spaces[model]
 
     async def active(self) -> tuple[str, Space]:
-        """The model that serves search now, and its space."""
+        """The model that serves search now, and its space. Call it holding no pooled connection:
+        a refresh takes one."""
         if time.monotonic() - self._checked > self._refresh_s:
-            self._active = (await embeddings.state(self._pool)).active
-            self._checked = time.monotonic()
+            async with self._refreshing:
+                if time.monotonic() - self._checked > self._refresh_s:
+                    self._active = (await embeddings.state(self._pool)).active
+                    self._checked = time.monotonic()
         if self._active not in self._spaces:
             raise EmbeddingUnavailable(f"the active embedding model {self._active} is not loaded in this process; "
                                    "restart it with ENGRAM_EMBEDDING_MODEL set to that model")

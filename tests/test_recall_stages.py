@@ -3,6 +3,7 @@ timeout, and the pinned model files."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import uuid
 
@@ -140,3 +141,14 @@ async def test_a_dense_hit_outside_bm25s_top_candidates_keeps_its_true_bm25_scor
 ])
 def test_the_reranker_reads_a_memory_after_the_one_it_answers(text, previous, seen):
     assert with_context(text, previous) == seen
+
+
+async def test_concurrent_searches_cannot_exhaust_a_small_pool(make_app):
+    """A search holds no pooled connection while it embeds, and reads the serving model's state
+    without holding one: more searches than connections all finish."""
+    async with make_app(postgres_pool_min=1, postgres_pool_max=2) as app:
+        await app.remember("Quinn rows on the river at dawn", scope={"user_id": "pool"}, mode="sync")
+        await asyncio.sleep(0.6)  # past the serving model's state refresh interval
+        results = await asyncio.wait_for(asyncio.gather(*(
+            app.search("rowing", scope={"user_id": "pool"}) for _ in range(8))), 30)
+        assert all(len(hits) == 1 for hits in results)

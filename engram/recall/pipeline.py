@@ -8,7 +8,7 @@ reranker first and the rest follow in that order.
 Stage 1's two legs overlap: Postgres scores BM25 while the query is embedded (in a thread) and
 the vector index is searched, so `explain`'s `embed_query` + `dense` and `bm25` run side by side.
 Ranking reads a few columns per candidate (`fetch`); the full rows are read for the results
-only (`rows`). One pooled connection serves every query of a search.
+only (`rows`). No pooled connection is held while the query is embedded or reranked.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ from engram.recall import candidates, expansion, fusion
 from engram.recall.rerank import Reranker, RerankFailed, with_context
 from engram.repositories import memories as repo
 from engram.settings import Settings
+
+
+SPARE_ROWS = 5
 
 
 @dataclass
@@ -82,9 +85,9 @@ class Recall:
         s = self._settings
         explain = Explain()
         depth = max(s.search_candidates, opts.limit, opts.rerank_top_n if opts.rerank else 0)
+        found = await self._candidates(query, scope, filters, depth, explain)
+        ranked = self._first_order(found, explain)
         async with self._pool.acquire() as conn:
-            found = await self._candidates(conn, query, scope, filters, depth, explain)
-            ranked = self._first_order(found, explain)
             hits, context = await self._results(conn, ranked, scope, filters, opts, explain)
         warnings: list[str] = []
         if opts.rerank:
@@ -98,35 +101,38 @@ class Recall:
                 warnings.append(warning)
         return hits[:opts.limit], warnings, explain
 
-    async def _candidates(self, conn: asyncpg.Connection, query: str, scope: Scope, filters: repo.Filters,
-                          depth: int, explain: Explain) -> list[candidates.Candidate]:
+    async def _candidates(self, query: str, scope: Scope, filters: repo.Filters, depth: int,
+                          explain: Explain) -> list[candidates.Candidate]:
         """Stage 1: the BM25 leg in Postgres while the vector leg embeds and searches the index,
-        then the union's rows re-checked against scope and filters."""
+        then the union's rows re-checked against scope and filters. No pooled connection is held
+        while the query is embedded."""
         s = self._settings
         model, space = await self._spaces.active()
         vector_leg = asyncio.create_task(self._vector_leg(space, query, scope, filters, depth))
         try:
             t = time.perf_counter()
-            lexical = await candidates.lexical(conn, s, query, scope, filters, depth)
+            async with self._pool.acquire() as conn:
+                lexical = await candidates.lexical(conn, s, query, scope, filters, depth)
             bm25_ms = (time.perf_counter() - t) * 1e3
         except BaseException:
             vector_leg.cancel()
             await asyncio.gather(vector_leg, return_exceptions=True)  # its own failure is not news
             raise
         query_vector, dense, (embed_ms, dense_ms) = await vector_leg
-        t = time.perf_counter()
-        # A dense hit outside BM25's top `depth` still gets its BM25 score; if the top held
-        # fewer than `depth`, it holds every memory with a query term and the rest score 0.
-        unscored = [i for i in dense if i not in lexical]
-        if unscored and len(lexical) >= depth:
-            lexical |= await candidates.lexical(conn, s, query, scope, filters, depth, only=unscored)
-        bm25_ms += (time.perf_counter() - t) * 1e3
         explain.stages["embed_query"] = {"ms": round(embed_ms, 3), "model": model}
         explain.stages["dense"] = {"ms": round(dense_ms, 3), "index": space.index.name, "hits": len(dense)}
-        explain.stages["bm25"] = {"ms": round(bm25_ms, 3), "hits": sum(1 for v in lexical.values() if v > 0)}
-        t = time.perf_counter()
-        found = await candidates.rows(conn, list(dict.fromkeys([*dense, *lexical])), scope, filters, query_vector,
-                                      model, lexical, neighbours=s.expansion_weight != 0)
+        async with self._pool.acquire() as conn:
+            t = time.perf_counter()
+            # A dense hit outside BM25's top `depth` still gets its BM25 score; if the top held
+            # fewer than `depth`, it holds every memory with a query term and the rest score 0.
+            unscored = [i for i in dense if i not in lexical]
+            if unscored and len(lexical) >= depth:
+                lexical |= await candidates.lexical(conn, s, query, scope, filters, depth, only=unscored)
+            bm25_ms += (time.perf_counter() - t) * 1e3
+            explain.stages["bm25"] = {"ms": round(bm25_ms, 3), "hits": sum(1 for v in lexical.values() if v > 0)}
+            t = time.perf_counter()
+            found = await candidates.rows(conn, list(dict.fromkeys([*dense, *lexical])), scope, filters,
+                                          query_vector, model, lexical, neighbours=s.expansion_weight != 0)
         explain.stage("fetch", t, candidates=len(found))
         return found
 
@@ -135,9 +141,12 @@ class Recall:
         """The full rows of the results (and of the rerank's top N), re-checked against scope and
         filters; and, for the rerank, what each of its top N follows in its session."""
         t = time.perf_counter()
-        shown = ranked[:max(opts.limit, opts.rerank_top_n if opts.rerank else 0)]
+        wanted = max(opts.limit, opts.rerank_top_n if opts.rerank else 0)
+        # A few spares: a memory deleted since `fetch` is dropped and the next one moves up.
+        shown = ranked[:wanted + SPARE_ROWS]
         rows = await repo.rows_in_scope(conn, [r.id for r in shown], scope, filters)
-        hits = [SearchHit(memory=rows[r.id], score=r.score, components=r.components) for r in shown if r.id in rows]
+        hits = [SearchHit(memory=rows[r.id], score=r.score, components=r.components)
+                for r in shown if r.id in rows][:wanted]
         context = {}
         if opts.rerank and self._settings.rerank_session_context:
             context = await repo.session_predecessors(conn, [h.memory.id for h in hits[:opts.rerank_top_n]])
