@@ -39,9 +39,10 @@ class ProviderError(Exception):
 
     @property
     def permanent(self) -> bool:
-        """The server refused this very request (a 4xx other than timeout, conflict or rate
-        limit): sending it again cannot succeed."""
-        return self.status is not None and 400 <= self.status < 500 and self.status not in (408, 409, 425, 429)
+        """The server refused this very request's content (400, 413, 414, 422: malformed, too
+        long): sending it again cannot succeed. A bad key, a billing stop or a model not pulled
+        (401, 402, 403, 404) is an outage of the server's setup, retried until it is fixed."""
+        return self.status in (400, 413, 414, 422)
 
     def __str__(self) -> str:
         return f"{self.provider}: {self.code}: {self.detail}"

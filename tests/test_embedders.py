@@ -174,10 +174,13 @@ async def test_service_with_ollama_embedder_records_the_model_and_finds_the_memo
     assert (await app.http.get("/readyz")).json()["components"]["embedder"]["reachable"] is True
 
 
-@pytest.mark.parametrize(("status", "permanent"), [(400, True), (413, True), (422, True), (408, False),
-                                                   (429, False), (500, False), (503, False)])
+@pytest.mark.parametrize(("status", "permanent"), [
+    (400, True), (413, True), (422, True),
+    # The server's setup, not the text: a rotated key, a model not pulled, a rate limit.
+    (401, False), (403, False), (404, False), (408, False), (429, False), (500, False), (503, False),
+])
 @pytest.mark.parametrize("kind", ["ollama", "openai"])
-async def test_a_4xx_refusal_is_permanent_and_a_5xx_or_rate_limit_is_not(kind, status, permanent, fake_llm):
+async def test_only_a_refusal_of_the_text_itself_is_permanent(kind, status, permanent, fake_llm):
     embedder = await open_embedder(embedding_settings(kind, fake_llm.url))
     try:
         fake_llm.script_embeddings(FakeReply.status(status, "input is too long"))
