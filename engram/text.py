@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 import unicodedata
 from collections import Counter
 from functools import lru_cache
@@ -11,12 +12,16 @@ from functools import lru_cache
 import snowballstemmer
 
 _WS = re.compile(r"\s+")
-_TOKEN = re.compile(r"[^\W_]+")  # runs of letters and digits, in any script
 
 # The version of bm25_terms's own rules (splitting, lower-casing, stopwords) and of the pinned
 # snowballstemmer. Bump it with any change to either: stored postings name the analyzer that
 # built them, and a start-up with another analyzer rebuilds them (see bm25_analyzer).
-TOKENIZER_VERSION = 2  # 2: letters of any script, not only a-z (1 split "café" into "caf")
+# 1: [a-z0-9] runs ("café" -> "caf"). 3: NFC text, runs of letters, combining marks and digits
+# in any script ("हिन्दी" is one term), each cut to MAX_TERM_CHARS.
+TOKENIZER_VERSION = 3
+# A term is a btree key in memory_terms and bm25_term_stats; a run of unspaced script (Chinese,
+# Japanese) could otherwise pass the index row limit.
+MAX_TERM_CHARS = 64
 
 # The 179-word English stopword list (NLTK's), the one the LoCoMo baselines use.
 STOPWORDS = frozenset("""
@@ -51,20 +56,38 @@ def _stemmer(language: str):
     return snowballstemmer.stemmer(language)
 
 
+@lru_cache(maxsize=1)
+def _token_pattern() -> re.Pattern:
+    """Runs of letters, digits and combining marks (the vowel signs of Devanagari or Tamil, the
+    harakat of Arabic), which `\\w` leaves out. Built once per process (about 0.15 s)."""
+    ranges, start = [], None
+    for cp in range(sys.maxunicode + 2):
+        mark = cp <= sys.maxunicode and unicodedata.category(chr(cp)).startswith("M")
+        if mark and start is None:
+            start = cp
+        elif not mark and start is not None:
+            ranges.append(f"{re.escape(chr(start))}-{re.escape(chr(cp - 1))}")
+            start = None
+    return re.compile(f"(?:[^\\W_]|[{''.join(ranges)}])+")
+
+
 def bm25_terms(text: str, stemmer: str = "english") -> list[str]:
-    """BM25 tokens: lower-cased runs of letters and digits, stopwords removed, then stemmed.
+    """BM25 tokens: runs of letters, marks and digits of the NFC, lower-cased text (each cut to
+    MAX_TERM_CHARS), stopwords removed, then stemmed.
 
     `stemmer` is a Snowball language name or "none". The same function must tokenise
-    documents and queries, or their terms will not meet.
+    documents and queries, or their terms will not meet. Unspaced scripts (Chinese, Japanese)
+    come out as one term per run, so BM25 helps them little; the dense leg carries them.
     """
-    tokens = [t for t in _TOKEN.findall(text.lower()) if t not in STOPWORDS]
+    text = unicodedata.normalize("NFC", text).lower()
+    tokens = [t[:MAX_TERM_CHARS] for t in _token_pattern().findall(text) if t not in STOPWORDS]
     if stemmer == "none":
         return tokens
     return _stemmer(stemmer).stemWords(tokens)
 
 
 def bm25_analyzer(stemmer: str) -> str:
-    """The name of what `bm25_terms(text, stemmer)` computes, e.g. "v1/english".
+    """The name of what `bm25_terms(text, stemmer)` computes, e.g. "v3/english".
 
     Equal names mean equal terms for every text. Raises ValueError when `stemmer` is neither
     "none" nor a Snowball language.

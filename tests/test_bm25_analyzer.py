@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import unicodedata
 import uuid
 
 import asyncpg
@@ -250,3 +251,8 @@ async def test_words_in_any_script_are_terms(app):
     hits = await app.search("Zürich café", scope=scope)
     assert hits[0]["memory"]["content"].startswith("Lunch at a café") and hits[0]["components"]["bm25"] > 0
     assert text.bm25_terms("naïve Łukasz 東京 tower_x") == ["naïv", "łukasz", "東京", "tower", "x"]
+    # Combining marks stay inside their word; decomposed and composed text give the same term.
+    assert text.bm25_terms("हिन्दी भाषा مُحَمَّد", "none") == ["हिन्दी", "भाषा", "مُحَمَّد"]
+    assert text.bm25_terms(unicodedata.normalize("NFD", "café"), "none") == ["café"]
+    # An unspaced run is cut, so no term can pass the index row limit.
+    assert text.bm25_terms("東" * 5000, "none") == ["東" * text.MAX_TERM_CHARS]
