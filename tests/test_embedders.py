@@ -166,12 +166,18 @@ async def test_service_with_ollama_embedder_records_the_model_and_finds_the_memo
     assert response.json()["error"]["type"] == "embedding_unavailable"
 
     # Readiness says so, without taking the instance out: remember still saves.
+    app.runtime.embedder_probe_ttl_s = 0
     fake_llm.script_embeddings(FakeReply.status(500))
     ready = await app.http.get("/readyz")
     assert ready.status_code == 200
     embedder = ready.json()["components"]["embedder"]
     assert embedder["reachable"] is False and "http_error" in embedder["probe"]
     assert (await app.http.get("/readyz")).json()["components"]["embedder"]["reachable"] is True
+    # Within the probe's time to live, readiness answers without calling the embedder.
+    app.runtime.embedder_probe_ttl_s = 30
+    calls = len(fake_llm.embedding_requests())
+    assert (await app.http.get("/readyz")).json()["components"]["embedder"]["reachable"] is True
+    assert len(fake_llm.embedding_requests()) == calls
 
 
 @pytest.mark.parametrize(("status", "permanent"), [

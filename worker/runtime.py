@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -23,7 +24,7 @@ from temporalio.worker import Worker
 from activities.reembed import ReembedActivities
 from activities.remember import RememberActivities
 from engram import auth, db, lexical_index
-from engram.errors import ConfigError, EmbeddingUnavailable
+from engram.errors import ConfigError
 from engram.embedder import Embedder
 from engram.repositories import embeddings, jobs, keys
 from engram.providers import LLMProvider, build_provider_chain
@@ -64,6 +65,9 @@ class Runtime:
     service: MemoryService
     tasks: list[asyncio.Task] = field(default_factory=list)
     worker: Worker | None = None
+    # A remote embedder's readiness probe is a real (maybe billed) call: its answer is reused this long.
+    embedder_probe_ttl_s: float = 30.0
+    _embedder_probe: tuple[float, str, dict] | None = None  # (when, model, what it said)
 
     @classmethod
     async def open(cls, settings: Settings, *, embedder: Embedder | None = None,
@@ -154,14 +158,13 @@ class Runtime:
         """Each component's state; never raises."""
         checks = {
             "postgres": self._check_postgres(), "temporal": self._check_temporal(),
-            "vector_index": self._check_index(),
+            "vector_index": self._check_index(), "embedder": self._check_embedder(),
         }
         names = list(checks)
         results = await asyncio.gather(*checks.values(), return_exceptions=True)
         state = {}
         for name, result in zip(names, results):
             state[name] = {"ok": False, "detail": repr(result)} if isinstance(result, BaseException) else result
-        state["embedder"] = await self._check_embedder()
         probes = await asyncio.gather(*(p.probe() for p in self.providers))
         state["providers"] = {
             "ok": True,  # An unreachable LLM degrades remember to a raw save; it never blocks readiness.
@@ -170,18 +173,23 @@ class Runtime:
         return state
 
     async def _check_embedder(self) -> dict:
-        """The serving model; a remote one is asked to embed a probe. Never fails readiness: with
-        the embedder down, remember still saves (and retries the embedding) while search answers 503,
-        and every instance shares the same embedder."""
+        """The serving model; a remote one is asked to embed a probe (at most once per
+        `embedder_probe_ttl_s`). An unreachable embedder does not fail readiness: remember still
+        saves (and retries the embedding) while search answers 503, and every instance shares it."""
         model, space = await self.spaces.active()
         state = {"ok": True, "detail": ", ".join(self.spaces.models)}
         if isinstance(space.embedder, Embedder):
             return state  # in process: loaded means working
+        cached = self._embedder_probe
+        if cached and cached[1] == model and time.monotonic() - cached[0] < self.embedder_probe_ttl_s:
+            return {**state, **cached[2]}
         try:
             await asyncio.wait_for(space.embedder.embed_query(PROBE_TEXT), 2)
-        except (EmbeddingUnavailable, TimeoutError) as exc:
-            return {**state, "reachable": False, "probe": f"{model}: {exc}"}
-        return {**state, "reachable": True, "probe": f"{model} embedded the probe"}
+            probe = {"reachable": True, "probe": f"{model} embedded the probe"}
+        except Exception as exc:  # whatever the embedder raises, readiness answers
+            probe = {"reachable": False, "probe": f"{model}: {type(exc).__name__}: {exc}"}
+        self._embedder_probe = (time.monotonic(), model, probe)
+        return {**state, **probe}
 
     async def _check_postgres(self) -> dict:
         await asyncio.wait_for(self.pool.fetchval("SELECT 1"), 2)
