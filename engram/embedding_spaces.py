@@ -74,8 +74,18 @@ class EmbeddingSpaces:
     async def embed_memory(self, memory: Memory) -> list[str]:
         """Embed `memory` with every model held, store each canonical vector where the state says
         (active: memories.embedding; target: memory_embeddings; any other: nowhere), then upsert
-        the index points. Idempotent. Returns the models whose vectors were stored."""
-        vectors = {model: (await space.embedder.embed([memory.content]))[0] for model, space in self._spaces.items()}
+        the index points. Idempotent. Returns the models whose vectors were stored.
+
+        Raises EmbeddingUnavailable for an outage (nothing stored), or with `permanent` after
+        storing the other models' vectors when a model refuses this text."""
+        vectors, refused = {}, []
+        for model, space in self._spaces.items():
+            try:
+                vectors[model] = (await space.embedder.embed([memory.content]))[0]
+            except EmbeddingUnavailable as err:
+                if not err.permanent:
+                    raise  # an outage: the caller retries the whole, idempotent step
+                refused.append(err)  # this model refuses this text; the other models still store theirs
         stored = []
         async with self._pool.acquire() as conn:
             async with conn.transaction():
@@ -89,6 +99,8 @@ class EmbeddingSpaces:
                         stored.append(model)
         for model in stored:
             await self._spaces[model].index.upsert([index_point(memory, vectors[model])])
+        if refused:
+            raise EmbeddingUnavailable("; ".join(err.detail for err in refused), permanent=True)
         return stored
 
     async def close(self) -> None:

@@ -45,11 +45,12 @@ async def dense(index: VectorIndex, query_vector: np.ndarray, scope: Scope, filt
 
 async def lexical(conn: asyncpg.Connection, settings: Settings, query: str, scope: Scope, filters: repo.Filters,
                   depth: int, only: list[UUID] | None = None) -> dict[UUID, float]:
-    """Okapi BM25 over the scope: the top `depth`; or, given `only`, the scores of those memories
-    (0 when they hold no query term). The scope's statistics hold either way."""
+    """Okapi BM25 over the scope: the top `depth`; or, given `only`, the scores of those of them
+    that hold a query term (the others are absent: their score is 0). The scope's statistics
+    hold either way."""
     terms = bm25_terms(query, settings.bm25_stemmer)
     return await repo.bm25_scores(conn, scope, filters, terms, k1=settings.bm25_k1, b=settings.bm25_b,
-                                  limit=depth, only_ids=only)
+                                  limit=None if only is not None else depth, only_ids=only)
 
 
 async def rows(conn: asyncpg.Connection, ids: list[UUID], scope: Scope, filters: repo.Filters,

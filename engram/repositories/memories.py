@@ -188,7 +188,7 @@ async def add_to_bm25_stats(conn: asyncpg.Connection, scope: Scope, tf: dict[str
 
 async def bm25_scores(
     conn: asyncpg.Connection | asyncpg.Pool, scope: Scope, filters: Filters, terms: list[str], *,
-    k1: float, b: float, limit: int = 0, only_ids: list[UUID] | None = None,
+    k1: float, b: float, limit: int | None = None, only_ids: list[UUID] | None = None,
 ) -> dict[UUID, float]:
     """Okapi BM25 of the memories in `scope` that hold a query term: the top `limit`, or, given
     `only_ids`, those of them (a memory holding no term is absent: its score is 0).
@@ -197,6 +197,8 @@ async def bm25_scores(
     inside `scope` (live memories). Each distinct query term counts once;
     IDF = ln(1 + (N - df + 0.5) / (df + 0.5)).
     """
+    if (limit is None) == (only_ids is None):
+        raise ValueError("bm25_scores takes either a limit or only_ids")
     if not terms or only_ids == []:
         return {}
     where_t = Where([sorted(set(terms)), k1, b])
