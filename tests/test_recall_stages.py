@@ -138,6 +138,7 @@ async def test_a_dense_hit_outside_bm25s_top_candidates_keeps_its_true_bm25_scor
     ("[8 May] Vic: yes", "[8 May] Val: pets?", "[8 May] Vic: yes (after: Val: pets?)"),
     ("[8 May] Vic: yes", "[8 May] ", "[8 May] Vic: yes"),
     ("same", "same", "same"),
+    ("Vic: yes", "Uma: " + "very " * 200 + "long", "Vic: yes (after: Uma: " + ("very " * 200)[:495].strip() + ")"),
 ])
 def test_the_reranker_reads_a_memory_after_the_one_it_answers(text, previous, seen):
     assert with_context(text, previous) == seen

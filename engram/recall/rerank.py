@@ -40,6 +40,10 @@ class RerankFailed(Exception):
         self.reason = reason
 
 
+# The context is a hint, not a passage: a long previous memory must not crowd out the one judged.
+CONTEXT_CHARS = 500
+
+
 def with_context(text: str, previous: str | None) -> str:
     """`text` as the reranker reads it: followed by the memory it answers, `previous`, minus the
     words the two share at the start (a session's common header, such as a date stamp, says
@@ -50,7 +54,7 @@ def with_context(text: str, previous: str | None) -> str:
     while shared < min(len(text), len(previous)) and text[shared] == previous[shared]:
         shared += 1
     cut = shared if shared == len(previous) else previous.rfind(" ", 0, shared + 1) + 1
-    rest = previous[cut:].strip()
+    rest = previous[cut:cut + CONTEXT_CHARS].strip()
     return f"{text} (after: {rest})" if rest else text
 
 
