@@ -43,8 +43,10 @@ class TemporalPipeline:
             backoff_max_s=s.extraction_backoff_max_s, extract_timeout_s=s.llm_timeout_s + 5,
         )
 
-    async def start(self, job_id: UUID, *, from_dispatcher: bool = False) -> bool:
-        """Start the job's workflow; False if Temporal did not answer in time.
+    async def start(self, job_id: UUID, *, job_type: str = "extract", payload: dict | None = None,
+                    from_dispatcher: bool = False) -> bool:
+        """Start the job's workflow (a remember's, unless `job_type` says otherwise; a re-embed
+        reads its target from `payload`); False if Temporal did not answer in time.
 
         On the request path a failure opens a short circuit breaker: while Temporal is down,
         remember answers `raw_saved` at once instead of waiting on every request; the
@@ -53,16 +55,12 @@ class TemporalPipeline:
         loop = asyncio.get_running_loop()
         if not from_dispatcher and loop.time() < self._down_until:
             return False
+        if job_type == "reembed":
+            run, arg = ReembedWorkflow.run, ReembedInput(job_id=job_id, target=payload["target"],
+                                                         batch_size=self._settings.reembed_batch_size)
+        else:
+            run, arg = RememberWorkflow.run, self._input(job_id)
         try:
-            kind = await jobs.payload_of(self._pool, job_id)
-            if kind is None:
-                return False
-            job_type, payload = kind
-            if job_type == "reembed":
-                run, arg = ReembedWorkflow.run, ReembedInput(job_id=job_id, target=payload["target"],
-                                                             batch_size=self._settings.reembed_batch_size)
-            else:
-                run, arg = RememberWorkflow.run, self._input(job_id)
             await asyncio.wait_for(self._client.start_workflow(
                 run, arg, id=jobs.workflow_id_for(job_id, job_type),
                 task_queue=self._settings.temporal_task_queue,
@@ -100,8 +98,8 @@ async def dispatch_forever(pipeline: TemporalPipeline, pool: asyncpg.Pool, inter
     """
     while True:
         try:
-            for job_id in await jobs.unstarted(pool, limit=100):
-                if not await pipeline.start(job_id, from_dispatcher=True):
+            for job in await jobs.unstarted(pool, limit=100):
+                if not await pipeline.start(job.id, job_type=job.job_type, payload=job.payload, from_dispatcher=True):
                     break
         except (OSError, asyncpg.PostgresError) as err:
             log.warning("dispatcher pass failed", extra={"error": str(err)})

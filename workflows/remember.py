@@ -20,8 +20,8 @@ with workflow.unsafe.imports_passed_through():
         RetryInput,
     )
 
-# Database and index steps: retried by Temporal until they succeed (a Postgres restart is
-# ridden through); each is idempotent.
+# Database and index steps, local or not: retried by Temporal until they succeed (a Postgres
+# restart is ridden through); each is idempotent.
 _STORE = dict(
     start_to_close_timeout=timedelta(seconds=30),
     retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=30),
@@ -33,11 +33,6 @@ _STORE = dict(
 # trip through the server for each, and the first extraction runs beside the embedding, so
 # remember's first answer costs max(embed, extract) instead of the sum of every step.
 FAST_FIRST_PASS = "local-db-steps-concurrent-first-pass"
-_LOCAL = dict(
-    start_to_close_timeout=timedelta(seconds=30),
-    retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=30),
-                             backoff_coefficient=2.0),
-)
 
 
 @workflow.defn
@@ -49,7 +44,7 @@ class RememberWorkflow:
 
     async def _db_step(self, method, arg):
         if self._fast:
-            return await workflow.execute_local_activity_method(method, arg, **_LOCAL)
+            return await workflow.execute_local_activity_method(method, arg, **_STORE)
         return await workflow.execute_activity_method(method, arg, **_STORE)
 
     def _extract(self, inp: RememberInput, memory: MemoryRef):

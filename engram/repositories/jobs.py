@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
@@ -44,14 +45,6 @@ async def set_progress(pool: asyncpg.Pool, job_id: UUID, *, done: int, total: in
     )
 
 
-async def payload_of(pool: asyncpg.Pool, job_id: UUID) -> tuple[str, dict] | None:
-    row = await pool.fetchrow("SELECT job_type, payload FROM memory_jobs WHERE id = $1", job_id)
-    if row is None:
-        return None
-    payload = row["payload"]
-    return row["job_type"], json.loads(payload) if isinstance(payload, str) else payload
-
-
 def _job(row: asyncpg.Record) -> Job:
     data = dict(row)
     if isinstance(data.get("progress"), str):
@@ -71,12 +64,22 @@ async def latest_for_memory(conn: asyncpg.Connection | asyncpg.Pool, memory_id: 
     return _job(row) if row else None
 
 
-async def unstarted(pool: asyncpg.Pool, limit: int) -> list[UUID]:
+@dataclass(frozen=True)
+class Unstarted:
+    id: UUID
+    job_type: str
+    payload: dict
+
+
+async def unstarted(pool: asyncpg.Pool, limit: int) -> list[Unstarted]:
     """Jobs whose workflow nobody has started yet, oldest first (the outbox)."""
     rows = await pool.fetch(
-        "SELECT id FROM memory_jobs WHERE workflow_started_at IS NULL ORDER BY created_at LIMIT $1", limit,
+        "SELECT id, job_type, payload FROM memory_jobs WHERE workflow_started_at IS NULL"
+        " ORDER BY created_at LIMIT $1",
+        limit,
     )
-    return [r["id"] for r in rows]
+    return [Unstarted(r["id"], r["job_type"], json.loads(r["payload"]) if isinstance(r["payload"], str)
+                      else r["payload"]) for r in rows]
 
 
 async def mark_started(pool: asyncpg.Pool, job_id: UUID) -> None:
