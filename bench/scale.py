@@ -186,7 +186,7 @@ def report(results: list[SizeResult], model: str, scopes: int, pool: int, plots:
         "size.\n")
     out.append(
         "The memories are loaded offline, between service runs, through engram's repository functions "
-        "(`insert_if_new`, `insert_postings`, `add_to_bm25_stats`, `insert_history`, `store_embedding`, then "
+        "(`insert_raw`, `store_embedding`, then "
         "`index_point` into the edge shard): what a raw remember and its pipeline write. Each text was embedded "
         "once, in the benchmark process, with the service's model. Differences from memories remembered one by "
         f"one: the {BATCH} memories of one load transaction share a `created_at` (so session neighbours among "

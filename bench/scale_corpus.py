@@ -31,7 +31,7 @@ from engram.models import Memory, RememberRequest, Scope
 from engram.repositories import embeddings
 from engram.repositories import memories as repo
 from engram.settings import Settings
-from engram.text import content_hash, normalize, term_frequencies
+from engram.text import normalize
 from worker.embedded import EmbeddedPostgres, free_port
 from worker.runtime import open_index
 
@@ -149,27 +149,17 @@ async def _load(settings: Settings, dsn: str, corpus: Corpus, start: int, stop: 
 
 
 async def write_memory(conn, settings: Settings, corpus: Corpus, scope_index: int, entry_index: int) -> Memory:
-    """What `MemoryService._write_memory` writes for a raw remember (minus the job row), then the
-    canonical embedding the pipeline stores, with extraction `skipped` as the pipeline leaves it
-    with no LLM provider. Returns the row as the pipeline reads it before indexing."""
+    """What `MemoryService._write_memory` writes for a raw remember (`insert_raw`, minus the job
+    row), then the canonical embedding the pipeline stores, with extraction `skipped` as the
+    pipeline leaves it with no LLM provider. Returns the row as the pipeline reads it before
+    indexing."""
     entry = corpus.entries[entry_index]
     req = RememberRequest(content=entry.turn.text, scope=corpus.scope(scope_index),
                           session_id=f"{entry.sample_id}:{entry.turn.session}",
                           metadata={"sample_id": entry.sample_id, "dia_id": entry.turn.dia_id})
-    normalized = normalize(req.content)
-    tf, length = term_frequencies(req.content, settings.bm25_stemmer)
-    new = repo.NewMemory(
-        id=uuid.uuid4(), scope=req.scope, content=req.content, normalized=normalized,
-        content_hash=content_hash(normalized), type=req.type, tags=req.tags, who=req.who,
-        source_type=req.source_type, source_id=req.source_id, session_id=req.session_id,
-        metadata=req.metadata, pinned=req.pinned, importance=req.importance,
-        extraction_status="skipped", token_count=length, actor=ACTOR,
-    )
-    if not await repo.insert_if_new(conn, new):
+    memory_id = uuid.uuid4()
+    if not await repo.insert_raw(conn, req, memory_id=memory_id, actor=ACTOR, stemmer=settings.bm25_stemmer,
+                                 extraction_status="skipped"):
         raise RuntimeError(f"{req.scope.user_id} already holds {req.content!r}")
-    await repo.insert_postings(conn, new.id, req.scope, tf)
-    await repo.add_to_bm25_stats(conn, req.scope, tf, length)
-    await repo.insert_history(conn, memory_id=new.id, event="ADD", version=1, actor_type="api", actor_id=ACTOR,
-                              new_content=req.content, new_metadata=req.metadata, session_id=req.session_id)
-    await repo.store_embedding(conn, new.id, corpus.vectors[entry_index], corpus.model)
-    return await repo.get(conn, new.id)
+    await repo.store_embedding(conn, memory_id, corpus.vectors[entry_index], corpus.model)
+    return await repo.get(conn, memory_id)

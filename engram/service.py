@@ -23,7 +23,7 @@ from engram.repositories import idempotency, jobs, keys
 from engram.repositories import memories as repo
 from engram.recall.pipeline import Recall, RecallOptions
 from engram.settings import Settings
-from engram.text import content_hash, normalize, term_frequencies
+from engram.text import content_hash, normalize
 from engram.timephrase import parse_time_phrase
 
 log = logging.getLogger(__name__)
@@ -105,9 +105,6 @@ class MemoryService:
         return answer
 
     async def _write_memory(self, principal: auth.Principal, req: RememberRequest, request_id: str | None):
-        normalized = normalize(req.content)
-        digest = content_hash(normalized)
-        tf, length = term_frequencies(req.content, self._settings.bm25_stemmer)
         memory_id, job_id = uuid.uuid4(), uuid.uuid4()
         request_hash = _request_hash(req)
         async with self._pool.acquire() as conn:
@@ -117,26 +114,14 @@ class MemoryService:
                     memory_id=memory_id, job_id=job_id,
                 )
                 if claimed:
-                    new = repo.NewMemory(
-                        id=memory_id, scope=req.scope, content=req.content, normalized=normalized,
-                        content_hash=digest, type=req.type, tags=req.tags, who=req.who,
-                        source_type=req.source_type, source_id=req.source_id, session_id=req.session_id,
-                        metadata=req.metadata, pinned=req.pinned, importance=req.importance,
-                        extraction_status="pending", token_count=length, actor=principal.id,
-                    )
-                    if await repo.insert_if_new(conn, new):
-                        await repo.insert_postings(conn, memory_id, req.scope, tf)
-                        await repo.add_to_bm25_stats(conn, req.scope, tf, length)
-                        await repo.insert_history(
-                            conn, memory_id=memory_id, event="ADD", version=1, actor_type="api",
-                            actor_id=principal.id, new_content=req.content, new_metadata=req.metadata,
-                            request_id=request_id, session_id=req.session_id,
-                        )
+                    if await repo.insert_raw(conn, req, memory_id=memory_id, actor=principal.id,
+                                             stemmer=self._settings.bm25_stemmer, extraction_status="pending",
+                                             request_id=request_id):
                         await jobs.insert(conn, job_id=job_id, memory_id=memory_id, job_type="extract",
                                           max_attempts=self._settings.extraction_max_attempts,
                                           payload={"extract": not req.raw})
                         return memory_id, job_id, False
-                    existing = await repo.find_live_by_hash(conn, req.scope, digest)
+                    existing = await repo.find_live_by_hash(conn, req.scope, content_hash(normalize(req.content)))
                     if req.idempotency_key:
                         await idempotency.rebind(conn, principal.id, req.idempotency_key, existing)
                     return existing, None, True

@@ -36,17 +36,13 @@ TEST_SERVER = Path(sys.executable).parent / "temporal-test-server"
 async def _saved_memory(pool) -> uuid.UUID:
     """A memory and its job as remember's transaction writes them, through the service's own SQL."""
     from engram.repositories import memories as repo
-    from engram.text import content_hash, normalize
 
     req = RememberRequest(content="Quinn restores old motorbikes", scope=Scope(user_id="q"))
     memory_id, job_id = uuid.uuid4(), uuid.uuid4()
     async with pool.acquire() as conn:
         async with conn.transaction():
-            await repo.insert_if_new(conn, repo.NewMemory(
-                id=memory_id, scope=req.scope, content=req.content, normalized=normalize(req.content),
-                content_hash=content_hash(normalize(req.content)), type="fact", tags=[], who=None, source_type=None,
-                source_id=None, session_id=None, metadata={}, pinned=False, importance=0.5,
-                extraction_status="pending", token_count=3, actor="test"))
+            await repo.insert_raw(conn, req, memory_id=memory_id, actor="test", stemmer="english",
+                                  extraction_status="pending")
             await jobs.insert(conn, job_id=job_id, memory_id=memory_id, job_type="extract", max_attempts=8,
                               payload={"extract": True})
     return job_id

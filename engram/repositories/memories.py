@@ -10,8 +10,9 @@ from uuid import UUID
 import asyncpg
 import numpy as np
 
-from engram.models import Memory, Scope
+from engram.models import Memory, RememberRequest, Scope
 from engram.repositories.sql import Where
+from engram.text import content_hash, normalize, term_frequencies
 
 MEMORY_COLUMNS = """
     m.id, m.content, m.user_id, m.agent_id, m.run_id, m.type, m.category, m.tags, m.who,
@@ -101,6 +102,30 @@ async def insert_if_new(conn: asyncpg.Connection, mem: NewMemory) -> bool:
         mem.token_count, mem.actor,
     )
     return bool(inserted)
+
+
+async def insert_raw(conn: asyncpg.Connection, req: RememberRequest, *, memory_id: UUID, actor: str,
+                     stemmer: str, extraction_status: str, request_id: str | None = None) -> bool:
+    """Write a remembered memory as it arrives, in the caller's transaction: the row, its BM25
+    postings and scope statistics (terms by `stemmer`), and its ADD history event. Returns False,
+    writing nothing, when a live memory of the scope already holds the same content."""
+    normalized = normalize(req.content)
+    tf, length = term_frequencies(req.content, stemmer)
+    new = NewMemory(
+        id=memory_id, scope=req.scope, content=req.content, normalized=normalized,
+        content_hash=content_hash(normalized), type=req.type, tags=req.tags, who=req.who,
+        source_type=req.source_type, source_id=req.source_id, session_id=req.session_id,
+        metadata=req.metadata, pinned=req.pinned, importance=req.importance,
+        extraction_status=extraction_status, token_count=length, actor=actor,
+    )
+    if not await insert_if_new(conn, new):
+        return False
+    await insert_postings(conn, memory_id, req.scope, tf)
+    await add_to_bm25_stats(conn, req.scope, tf, length)
+    await insert_history(conn, memory_id=memory_id, event="ADD", version=1, actor_type="api", actor_id=actor,
+                         new_content=req.content, new_metadata=req.metadata, request_id=request_id,
+                         session_id=req.session_id)
+    return True
 
 
 async def find_live_by_hash(conn: asyncpg.Connection, scope: Scope, content_hash: str) -> UUID | None:
