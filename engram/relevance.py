@@ -55,23 +55,19 @@ def parse_scores(content: str, count: int) -> list[float]:
     """The `count` scores in a rerank answer. Raises MalformedOutput unless the answer is an
     object whose `scores` holds exactly `count` numbers, each from 0 to RERANK_SCORE_MAX: a
     partial or out-of-scale answer would reorder results on noise."""
-
-    def malformed(detail: str) -> MalformedOutput:
-        return MalformedOutput(detail)
-
     try:
         data = json.loads(content)
     except ValueError as exc:
-        raise malformed(f"answer is not JSON: {exc}; starts {content[:80]!r}") from exc
+        raise MalformedOutput(f"answer is not JSON: {exc}; starts {content[:80]!r}") from exc
     scores = data.get("scores") if isinstance(data, dict) else None
     if not isinstance(scores, list):
-        raise malformed("answer is not an object with a list of scores")
+        raise MalformedOutput("answer is not an object with a list of scores")
     if len(scores) != count:
-        raise malformed(f"answer has {len(scores)} scores for {count} passages")
+        raise MalformedOutput(f"answer has {len(scores)} scores for {count} passages")
     for index, score in enumerate(scores):
         # bool is an int to Python, not a number to JSON; NaN and Infinity fail the range check.
         if isinstance(score, bool) or not isinstance(score, (int, float)):
-            raise malformed(f"score {index} is {score!r}, not a number")
+            raise MalformedOutput(f"score {index} is {score!r}, not a number")
         if not 0 <= score <= RERANK_SCORE_MAX:
-            raise malformed(f"score {index} is {score}, outside 0 to {RERANK_SCORE_MAX}")
+            raise MalformedOutput(f"score {index} is {score}, outside 0 to {RERANK_SCORE_MAX}")
     return [float(score) for score in scores]

@@ -136,8 +136,6 @@ class OllamaEmbedder(_RemoteEmbedder):
     def __init__(self, *, url: str, model: str, timeout_s: float) -> None:
         super().__init__(url=url, model=model, timeout_s=timeout_s)
         self.open_hint = f"is Ollama running at {url} with the model pulled (`ollama pull {model}`)?"
-        # No proxy from the environment and no redirects: either could carry memory text to a
-        # host that open_embedder never checked.
         self._client = ollama_client(url, timeout_s)
 
     @classmethod
