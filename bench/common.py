@@ -349,6 +349,14 @@ def percentiles(values_ms: Iterable[float]) -> dict[str, float]:
             "mean": float(arr.mean()), "max": float(arr.max())}
 
 
+def critical_path(stages_ms: dict[str, list[float]]) -> np.ndarray:
+    """Per search, from `explain`: the vector leg (embed_query + dense) and the BM25 leg run at
+    once, so their longer one counts; every other stage follows them."""
+    vector_leg = np.add(stages_ms["embed_query"], stages_ms["dense"])
+    rest = np.sum([v for s, v in stages_ms.items() if s not in ("embed_query", "dense", "bm25")], axis=0)
+    return np.maximum(vector_leg, stages_ms["bm25"]) + rest
+
+
 def timed(fn, *args, **kwargs):
     """(result, elapsed milliseconds) of one call."""
     started = time.perf_counter()

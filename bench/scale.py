@@ -250,7 +250,7 @@ def stages_section(results: list[SizeResult]) -> str:
 
     rows = [[stage, *(cell(r.explain.stages_ms[stage]) for r in results)] for stage in STAGES]
     rows.append(["critical path: max(embed_query + dense, bm25) + the rest",
-                 *(cell(list(critical_path(r.explain.stages_ms))) for r in results)])
+                 *(cell(list(common.critical_path(r.explain.stages_ms))) for r in results)])
     rows.append(["client round trip (explain pass)", *(cell(r.explain.latencies_ms) for r in results)])
     rows.append(["embed_query share of the round trip (mean)",
                  *(f"{np.mean(r.explain.stages_ms['embed_query']) / np.mean(r.explain.latencies_ms):.0%}"
@@ -269,13 +269,6 @@ def stages_section(results: list[SizeResult]) -> str:
                "event loop or a core.\n")
     header = ["ms, p50 / p95", *(f"{r.size:,}" for r in results)]
     return summary + "\n" + common.md_table(header, rows)
-
-
-def critical_path(stages_ms: dict[str, list[float]]) -> np.ndarray:
-    """Per search: the vector leg (embed_query + dense) and the BM25 leg overlap; the rest follow."""
-    vector_leg = np.add(stages_ms["embed_query"], stages_ms["dense"])
-    rest = np.sum([stages_ms[s] for s in STAGES if s not in ("embed_query", "dense", "bm25")], axis=0)
-    return np.maximum(vector_leg, stages_ms["bm25"]) + rest
 
 
 # -- plots -------------------------------------------------------------------------------------------
