@@ -112,6 +112,22 @@ def cmd_keys_create(args) -> None:
     _print(_call("POST", "/api/keys", json={"name": args.name, "role": args.role, "scopes": args.scope}))
 
 
+def cmd_keys_list(args) -> None:
+    items = _call("GET", "/api/keys")["items"]
+    if args.json:
+        _print(items)
+        return
+    print(f"{'id':36}  {'name':20}  {'role':6}  {'state':7}  scopes")
+    for key in items:
+        state = "revoked" if key["revoked_at"] else "active"
+        print(f"{key['id']:36}  {key['name'][:20]:20}  {key['role']:6}  {state:7}  {' '.join(key['scopes'])}")
+
+
+def cmd_keys_revoke(args) -> None:
+    key = _call("DELETE", f"/api/keys/{args.key_id}")
+    print(f"revoked {key['id']} ({key['name']}) at {key['revoked_at']}")
+
+
 def _add_scope(parser) -> None:
     parser.add_argument("--user-id")
     parser.add_argument("--agent-id")
@@ -160,6 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--role", choices=["reader", "writer", "admin"], required=True)
     p.add_argument("--scope", action="append", required=True, help="'*', 'user:<id>', 'agent:<id>', 'run:<id>'")
     p.set_defaults(func=cmd_keys_create)
+    p = keys.add_parser("list", help="every key, revoked ones too, never a secret (admin)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_keys_list)
+    p = keys.add_parser("revoke", help="revoke a key by id; it stops working at once (admin)")
+    p.add_argument("key_id")
+    p.set_defaults(func=cmd_keys_revoke)
     return parser
 
 

@@ -1,62 +1,96 @@
 """HTTP/JSON gateway: translation only. Every route resolves the caller, calls the service and
-maps domain errors to `{"error": {"type", "detail"}}` with the right status."""
+maps domain errors to `{"error": {"type", "detail"}}` with the right status.
+
+Bad input is a 422 `validation_error` wherever it is found: a body that is not JSON (or not
+UTF-8), a field of the wrong type, a value the models refuse. The OpenAPI schema at
+`/openapi.json` states the authentication schemes, every operation's error statuses and the
+enforced limits.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
 import uuid
-from typing import Annotated
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from api.body_limit import BodyLimit, error_body
 from engram.auth import Principal
 from engram.errors import EngramError
 from engram.models import (
-    Job, Memory, MemoryPage, RememberRequest, RememberResponse, Scope, SearchFilters, SearchRequest,
-    SearchResponse,
+    MAX_LIMIT, ApiKey, CreatedKey, Job, KeyList, KeyRequest, Memory, MemoryPage, RememberRequest,
+    RememberResponse, Scope, ScopeId, SearchFilters, SearchRequest, SearchResponse, Tag,
 )
 
 log = logging.getLogger("engram.http")
 MAX_BODY_BYTES = 1 << 20
 
 
-def _error(status: int, type_: str, detail) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": {"type": type_, "detail": detail}})
+class ErrorDetail(BaseModel):
+    type: str
+    detail: str
 
 
-def _describe_validation(exc: RequestValidationError) -> str:
+class ErrorBody(BaseModel):
+    """Every error the API answers."""
+
+    error: ErrorDetail
+
+
+class Readiness(BaseModel):
+    ready: bool
+    components: dict[str, Any]
+
+
+_MEANING = {
+    401: "No API key, or an unknown or revoked one.",
+    403: "The key's role or scope grants do not allow this.",
+    404: "No such resource, or one in a scope the key may not see.",
+    409: "Conflicts with what is stored (a reused idempotency key, a taken key name, the last admin key).",
+    413: f"The request body is over {MAX_BODY_BYTES} bytes.",
+    422: "The request is not valid: malformed JSON, a wrong type, a value out of bounds.",
+    503: "A component the request needs is unavailable.",
+}
+
+
+def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    return {status: {"model": ErrorBody, "description": _MEANING[status]} for status in statuses}
+
+
+def _describe_validation(errors: list[dict]) -> str:
     parts = []
-    for err in exc.errors():
+    for err in errors:
         where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
-        parts.append(f"{where or 'body'}: {err.get('msg')}")
+        message = err.get("msg", "invalid").removeprefix("Value error, ")
+        if err.get("type") == "json_invalid":
+            message = f"the body is not valid JSON ({err.get('ctx', {}).get('error', 'decode error')})"
+        parts.append(f"{where or 'body'}: {message}")
     return "; ".join(parts)
-
-
-class KeyRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1, max_length=100)
-    role: str
-    scopes: list[str] = Field(min_length=1)
 
 
 def service(request: Request):
     return request.app.state.runtime.service
 
 
+_bearer = HTTPBearer(auto_error=False, description="An Engram API key: `Authorization: Bearer <key>`.")
+_api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="An Engram API key.")
+
+
 async def _principal(
     request: Request,
-    authorization: Annotated[str | None, Header()] = None,
-    x_api_key: Annotated[str | None, Header()] = None,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    api_key: Annotated[str | None, Depends(_api_key_header)],
 ) -> Principal:
-    key = x_api_key
-    if authorization and authorization.lower().startswith("bearer "):
-        key = authorization[7:].strip()
+    key = bearer.credentials if bearer is not None else api_key
     return await service(request).authenticate(key)
 
 
@@ -66,7 +100,6 @@ Caller = Annotated[Principal, Depends(_principal)]
 def create_app(runtime_factory) -> FastAPI:
     """The app. `runtime_factory` is an async context manager yielding a `Runtime`; the app
     opens it at start-up and closes it at shut-down."""
-    from contextlib import asynccontextmanager
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -75,29 +108,35 @@ def create_app(runtime_factory) -> FastAPI:
             yield
 
     app = FastAPI(title="Engram", version="0.1.0", lifespan=lifespan)
+    app.add_middleware(BodyLimit, limit=MAX_BODY_BYTES)
 
     @app.exception_handler(EngramError)
     async def _domain(_: Request, exc: EngramError):
-        return _error(exc.http_status, exc.type, exc.detail)
+        return error_body(exc.http_status, exc.type, exc.detail)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError):
-        return _error(422, "validation_error", _describe_validation(exc))
+        return error_body(422, "validation_error", _describe_validation(exc.errors()))
 
     @app.exception_handler(ValidationError)
     async def _invalid_model(_: Request, exc: ValidationError):
-        return _error(422, "validation_error", "; ".join(e["msg"] for e in exc.errors()))
+        return error_body(422, "validation_error", _describe_validation(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException):
-        kind = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(exc.status_code, "http_error")
-        return _error(exc.status_code, kind, exc.detail)
+        if exc.status_code == 400:  # FastAPI could not read the body (say, not UTF-8): bad input
+            return error_body(422, "validation_error", "body: the body is not valid UTF-8 JSON")
+        kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return error_body(exc.status_code, kind, str(exc.detail), headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        log.error("unhandled error", exc_info=exc,
+                  extra={"request_id": getattr(request.state, "request_id", None), "path": request.url.path})
+        return error_body(500, "internal", "an unexpected error; it is logged with this request's id")
 
     @app.middleware("http")
     async def _request_context(request: Request, call_next):
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-            return _error(413, "payload_too_large", f"request body over {MAX_BODY_BYTES} bytes")
         request.state.request_id = request.headers.get("x-request-id") or str(uuid.uuid4())
         started = time.perf_counter()
         response = await call_next(request)
@@ -107,49 +146,63 @@ def create_app(runtime_factory) -> FastAPI:
                                    "latency_ms": round((time.perf_counter() - started) * 1e3, 2)})
         return response
 
-
     @app.get("/healthz")
-    async def healthz():
+    async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz")
+    @app.get("/readyz", response_model=Readiness,
+             responses={503: {"model": Readiness, "description": "A component is not ready."}})
     async def readyz(request: Request):
         state = await request.app.state.runtime.readiness()
         ready = all(part.get("ok") for part in state.values())
         return JSONResponse(status_code=200 if ready else 503, content={"ready": ready, "components": state})
 
-    @app.post("/api/memory/remember", response_model=RememberResponse)
+    @app.post("/api/memory/remember", response_model=RememberResponse, responses=_errors(401, 403, 409, 413, 422))
     async def remember(body: RememberRequest, request: Request, caller: Caller):
         return await service(request).remember(caller, body, request_id=request.state.request_id)
 
-    @app.post("/api/memory/search", response_model=SearchResponse)
+    @app.post("/api/memory/search", response_model=SearchResponse, responses=_errors(401, 403, 413, 422, 503))
     async def search(body: SearchRequest, request: Request, caller: Caller):
         return await service(request).search(caller, body)
 
-    @app.get("/api/memory/jobs/{job_id}", response_model=Job)
+    @app.get("/api/memory/jobs/{job_id}", response_model=Job, responses=_errors(401, 404, 422))
     async def job(job_id: UUID, request: Request, caller: Caller):
         return await service(request).job(caller, job_id)
 
-    @app.get("/api/memory/{memory_id}", response_model=Memory)
+    @app.get("/api/memory/{memory_id}", response_model=Memory, responses=_errors(401, 404, 422))
     async def get_memory(memory_id: UUID, request: Request, caller: Caller):
         return await service(request).get(caller, memory_id)
 
-    @app.get("/api/memory", response_model=MemoryPage)
+    @app.get("/api/memory", response_model=MemoryPage, responses=_errors(401, 403, 422))
     async def list_memories(
         request: Request, caller: Caller,
-        user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None,
-        type: str | None = None, tags: Annotated[list[str] | None, Query()] = None, who: str | None = None,
-        source_type: str | None = None, time: str | None = None, include_deleted: bool = False,
-        cursor: str | None = None, limit: Annotated[int, Query(ge=1)] = 20,
+        user_id: ScopeId | None = None, agent_id: ScopeId | None = None, run_id: ScopeId | None = None,
+        type: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+        tags: Annotated[list[Tag] | None, Query(max_length=64)] = None,
+        who: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+        source_type: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+        time: Annotated[str | None, Query(min_length=1, max_length=100)] = None,
+        include_deleted: bool = False,
+        cursor: Annotated[str | None, Query(min_length=1, max_length=500)] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 20,
     ):
         scope = Scope(user_id=user_id, agent_id=agent_id, run_id=run_id)
         filters = SearchFilters(type=type, tags=tags, who=who, source_type=source_type, time=time)
         return await service(request).list(caller, scope, filters, include_deleted=include_deleted,
                                            cursor=cursor, limit=limit)
 
-    @app.post("/api/keys", status_code=201)
+    @app.post("/api/keys", status_code=201, response_model=CreatedKey, responses=_errors(401, 403, 409, 413, 422))
     async def create_key(body: KeyRequest, request: Request, caller: Caller):
-        key = await service(request).create_key(caller, name=body.name, role=body.role, scopes=body.scopes)
-        return {"key": key, "name": body.name, "role": body.role, "scopes": body.scopes}
+        secret, record = await service(request).create_key(caller, name=body.name, role=body.role,
+                                                           scopes=body.scopes)
+        return CreatedKey(key=secret, **record.model_dump())
+
+    @app.get("/api/keys", response_model=KeyList, responses=_errors(401, 403))
+    async def list_keys(request: Request, caller: Caller):
+        return KeyList(items=await service(request).list_keys(caller))
+
+    @app.delete("/api/keys/{key_id}", response_model=ApiKey, responses=_errors(401, 403, 404, 409, 422))
+    async def revoke_key(key_id: UUID, request: Request, caller: Caller):
+        return await service(request).revoke_key(caller, key_id)
 
     return app

@@ -1,7 +1,9 @@
-"""Principals, roles and scope grants.
+"""Principals, roles, scope grants, and the one rule for what a caller may see.
 
 A key's grants are strings: `*` (every scope), `user:<id>`, `agent:<id>`, `run:<id>`, where
-`<id>` may be `*`. A request scope is allowed when each of its parts is granted.
+`<id>` may be `*`. A caller may touch a scope when each of its set parts is granted; it sees a
+memory only if it may touch the memory's whole scope. Every read path applies that rule:
+`Visibility` carries it into SQL and the vector filter, `may_touch` into a check of one row.
 """
 
 from __future__ import annotations
@@ -21,22 +23,50 @@ _PREFIX = {"user_id": "user", "agent_id": "agent", "run_id": "run"}
 
 
 @dataclass(frozen=True)
+class Visibility:
+    """Which memories a caller sees, as a restriction per scope part.
+
+    `allowed[part]` is the set of values that part may hold; a part absent from `allowed` may
+    hold any value. A memory whose part is null always passes that part. No entries: every
+    memory is visible.
+    """
+
+    allowed: tuple[tuple[str, frozenset[str]], ...] = ()
+
+    def admits(self, user_id: str | None, agent_id: str | None, run_id: str | None) -> bool:
+        values = {"user_id": user_id, "agent_id": agent_id, "run_id": run_id}
+        return all(values[part] is None or values[part] in granted for part, granted in self.allowed)
+
+
+EVERYTHING = Visibility()
+
+
+@dataclass(frozen=True)
 class Principal:
+    """An authenticated caller. `id` is `key:<the key's uuid>`: immutable, so it names the actor
+    in history and the namespace of idempotency keys; `name` is for people."""
+
     id: str
+    name: str
     role: str
     grants: tuple[str, ...]
 
     def may(self, action: str) -> bool:
         return action in _ACTIONS[self.role]
 
-    def may_touch(self, scope: Scope) -> bool:
+    @property
+    def visibility(self) -> Visibility:
         if "*" in self.grants:
-            return True
+            return EVERYTHING
+        allowed = []
         for part, prefix in _PREFIX.items():
-            value = getattr(scope, part)
-            if value is not None and f"{prefix}:{value}" not in self.grants and f"{prefix}:*" not in self.grants:
-                return False
-        return True
+            values = {g.partition(":")[2] for g in self.grants if g.partition(":")[0] == prefix}
+            if "*" not in values:
+                allowed.append((part, frozenset(values)))
+        return Visibility(tuple(allowed))
+
+    def may_touch(self, scope: Scope) -> bool:
+        return self.visibility.admits(scope.user_id, scope.agent_id, scope.run_id)
 
     def require(self, action: str, scope: Scope | None = None) -> None:
         """Raise Forbidden unless this principal may do `action` (in `scope`, when given)."""

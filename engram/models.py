@@ -1,28 +1,105 @@
-"""The service's request and result models, shared by every gateway."""
+"""The service's request and result models, shared by every gateway.
+
+The request models are the wire contract: what they refuse is refused before anything is
+written, with a 422 that says where. Their limits are constants here, so the OpenAPI schema
+states exactly what the service enforces.
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, Literal
+import json
+import math
+from datetime import datetime, timezone
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator,
+    model_validator,
+)
 
-_ID = Field(default=None, min_length=1, max_length=200)
+from engram.text import is_blank, unstorable
+
+SCOPE_PARTS = ("user_id", "agent_id", "run_id")
+WILDCARD = "*"  # "any value" in a key's grants, so never a scope id
+
+# Limits of the wire format.
+MAX_CONTENT_CHARS = 32_000
+MAX_QUERY_CHARS = 4_000
+MAX_LIMIT = 100  # results of a search, items of a list page
+MAX_RERANK_TOP_N = 100
+MAX_PIPELINE_TIMEOUT_MS = 30_000
+METADATA_MAX_DEPTH = 32
+METADATA_MAX_BYTES = 64 * 1024
+_MAX_NESTING = METADATA_MAX_DEPTH + 8  # of a whole request: metadata plus the objects around it
+
+
+def check_wire_value(value: Any, where: str = "", depth: int = 0) -> None:
+    """Raise ValueError, naming where, for the first string Postgres cannot store (a NUL, a
+    lone surrogate; in keys too), number JSON cannot carry (NaN, ±Infinity, an overflow such as
+    1e400) or nesting deeper than any request needs."""
+    if depth > _MAX_NESTING:
+        raise ValueError(f"{where or 'body'}: nested deeper than {_MAX_NESTING} levels")
+    if isinstance(value, str):
+        if problem := unstorable(value):
+            raise ValueError(f"{where or 'value'}: {problem}")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{where or 'value'}: {value} is not a finite number")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            path = f"{where}.{key}" if where else str(key)
+            if isinstance(key, str) and (problem := unstorable(key)):
+                raise ValueError(f"{where or 'body'}: a key {problem}")
+            check_wire_value(item, path, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            check_wire_value(item, f"{where}[{i}]", depth + 1)
 
 
 class Strict(BaseModel):
-    """Unknown fields are an error, not silently dropped."""
+    """Unknown fields are an error, not silently dropped; so is any string or number that
+    could not be stored as sent (see check_wire_value)."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable(cls, data: Any) -> Any:
+        check_wire_value(data)
+        return data
+
+
+def _not_blank(text: str) -> str:
+    if is_blank(text):
+        raise ValueError("is empty (white space or invisible characters only)")
+    return text
+
+
+def _scope_id(value: str) -> str:
+    if value == WILDCARD:
+        raise ValueError(f"{WILDCARD!r} is reserved: it means 'any' in a key's grants")
+    return _not_blank(value)
+
+
+ScopeId = Annotated[str, Field(min_length=1, max_length=200, json_schema_extra={"not": {"const": WILDCARD}}),
+                    AfterValidator(_scope_id)]
+Label = Annotated[str, Field(min_length=1, max_length=200)]
+Tag = Annotated[str, Field(min_length=1, max_length=100)]
+
+
+def _one_part_required(schema: dict) -> None:
+    schema["anyOf"] = [{"required": [part], "properties": {part: {"type": "string"}}} for part in SCOPE_PARTS]
 
 
 class Scope(Strict):
     """Who a memory belongs to. At least one part is required."""
 
-    user_id: str | None = _ID
-    agent_id: str | None = _ID
-    run_id: str | None = _ID
+    model_config = ConfigDict(json_schema_extra=_one_part_required)
+
+    user_id: ScopeId | None = None
+    agent_id: ScopeId | None = None
+    run_id: ScopeId | None = None
 
     @model_validator(mode="after")
     def _at_least_one(self) -> "Scope":
@@ -30,10 +107,24 @@ class Scope(Strict):
             raise ValueError("scope needs at least one of user_id, agent_id, run_id")
         return self
 
-    @property
-    def key(self) -> str:
-        """Canonical text of the scope, used in the dedupe key."""
-        return f"u:{self.user_id or ''}|a:{self.agent_id or ''}|r:{self.run_id or ''}"
+
+def _metadata(value: dict[str, Any]) -> dict[str, Any]:
+    def depth(item: Any) -> int:
+        if isinstance(item, dict):
+            return 1 + max(map(depth, item.values()), default=0)
+        if isinstance(item, list):
+            return 1 + max(map(depth, item), default=0)
+        return 0
+
+    if depth(value) > METADATA_MAX_DEPTH:
+        raise ValueError(f"is nested deeper than {METADATA_MAX_DEPTH} levels")
+    size = len(json.dumps(value, ensure_ascii=False).encode())
+    if size > METADATA_MAX_BYTES:
+        raise ValueError(f"is {size} bytes as JSON; the limit is {METADATA_MAX_BYTES}")
+    return value
+
+
+Metadata = Annotated[dict[str, Any], AfterValidator(_metadata)]
 
 
 Mode = Literal["auto", "sync", "async"]
@@ -41,21 +132,21 @@ RememberStatus = Literal["processed", "queued", "raw_saved"]
 
 
 class RememberRequest(Strict):
-    content: str
+    content: Annotated[str, Field(min_length=1, max_length=MAX_CONTENT_CHARS), AfterValidator(_not_blank)]
     scope: Scope
     type: str = Field(default="fact", min_length=1, max_length=64)
-    tags: list[str] = Field(default_factory=list, max_length=64)
-    who: str | None = Field(default=None, max_length=200)
-    source_type: str | None = Field(default=None, max_length=64)
-    source_id: str | None = Field(default=None, max_length=200)
-    session_id: str | None = Field(default=None, max_length=200)
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    pinned: bool = False
-    importance: float = Field(default=0.5, ge=0.0, le=1.0)
+    tags: list[Tag] = Field(default_factory=list, max_length=64)
+    who: Label | None = None
+    source_type: str | None = Field(default=None, min_length=1, max_length=64)
+    source_id: Label | None = None
+    session_id: Label | None = None
+    metadata: Metadata = Field(default_factory=dict)
+    pinned: StrictBool = False
+    importance: float = Field(default=0.5, ge=0.0, le=1.0, strict=True)
     mode: Mode = "auto"
-    raw: bool = False
-    idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
-    pipeline_timeout_ms: int | None = Field(default=None, ge=0)
+    raw: StrictBool = False
+    idempotency_key: Label | None = None
+    pipeline_timeout_ms: StrictInt | None = Field(default=None, ge=0, le=MAX_PIPELINE_TIMEOUT_MS)
 
 
 class RememberResponse(BaseModel):
@@ -65,29 +156,48 @@ class RememberResponse(BaseModel):
     warnings: list[str] = Field(default_factory=list)
 
 
+def _in_utc(when: datetime) -> datetime:
+    try:
+        return when.astimezone(timezone.utc)
+    except OverflowError:
+        raise ValueError(f"{when.isoformat()} is outside the years 1 to 9999 in UTC") from None
+
+
+InstantUTC = Annotated[AwareDatetime, AfterValidator(_in_utc)]
+
+
 class TimeRange(Strict):
-    start: datetime | None = None
-    end: datetime | None = None
+    """[start, end): created at or after start, before end. Each needs a time zone."""
+
+    start: InstantUTC | None = None
+    end: InstantUTC | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "TimeRange":
+        if self.start is not None and self.end is not None and self.start > self.end:
+            raise ValueError("time_range start is after its end")
+        return self
 
 
 class SearchFilters(Strict):
-    type: str | None = None
-    tags: list[str] | None = None
-    who: str | None = None
-    source_type: str | None = None
-    time: str | None = Field(default=None, description='A phrase: "yesterday", "last 3 months", ...')
+    type: str | None = Field(default=None, min_length=1, max_length=64)
+    tags: list[Tag] | None = Field(default=None, max_length=64)
+    who: Label | None = None
+    source_type: str | None = Field(default=None, min_length=1, max_length=64)
+    time: str | None = Field(default=None, min_length=1, max_length=100,
+                             description='A phrase: "yesterday", "last 3 months", ...')
     time_range: TimeRange | None = None
 
 
 class SearchRequest(Strict):
-    query: str = Field(min_length=1, max_length=4_000)
+    query: Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS), AfterValidator(_not_blank)]
     scope: Scope
     filters: SearchFilters = Field(default_factory=SearchFilters)
-    include_deleted: bool = False
-    limit: int = Field(default=10, ge=1)
-    rerank: bool | None = Field(default=None, description="None: the rerank_default setting")
-    rerank_top_n: int | None = Field(default=None, ge=1)
-    explain: bool = False
+    include_deleted: StrictBool = False
+    limit: StrictInt = Field(default=10, ge=1, le=MAX_LIMIT)
+    rerank: StrictBool | None = Field(default=None, description="None: the server's rerank_default setting")
+    rerank_top_n: StrictInt | None = Field(default=None, ge=1, le=MAX_RERANK_TOP_N)
+    explain: StrictBool = False
 
 
 class Memory(BaseModel):
@@ -166,3 +276,33 @@ class Job(BaseModel):
     progress: dict[str, int] | None = None  # re-embed jobs: {"done", "total"}
     created_at: datetime
     updated_at: datetime
+
+
+Role = Literal["reader", "writer", "admin"]
+Grant = Annotated[str, Field(pattern=r"^(\*|(user|agent|run):.+)$", max_length=210,
+                             description="'*', or 'user:<id>', 'agent:<id>', 'run:<id>' where <id> may be '*'")]
+
+
+class KeyRequest(Strict):
+    name: Annotated[str, Field(min_length=1, max_length=100), AfterValidator(_not_blank)]
+    role: Role
+    scopes: list[Grant] = Field(min_length=1, max_length=100)
+
+
+class ApiKey(BaseModel):
+    """An API key's record. The secret itself is shown once, when the key is created."""
+
+    id: UUID
+    name: str
+    role: Role
+    scopes: list[str]
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class CreatedKey(ApiKey):
+    key: str = Field(description="The secret: send it as 'Authorization: Bearer <key>'. Shown only now.")
+
+
+class KeyList(BaseModel):
+    items: list[ApiKey]

@@ -16,16 +16,17 @@ CREATE TABLE api_keys (
     CONSTRAINT api_keys_pkey PRIMARY KEY (id),
     CONSTRAINT api_keys_role_check CHECK ((role = ANY (ARRAY['reader'::text, 'writer'::text, 'admin'::text])))
 );
+CREATE UNIQUE INDEX api_keys_active_name_uq ON public.api_keys USING btree (name) WHERE (revoked_at IS NULL);
 CREATE UNIQUE INDEX api_keys_key_hash_key ON public.api_keys USING btree (key_hash);
 CREATE UNIQUE INDEX api_keys_pkey ON public.api_keys USING btree (id);
 
 CREATE TABLE bm25_scope_stats (
-    scope_key text NOT NULL,
     user_id text,
     agent_id text,
     run_id text,
     doc_count bigint NOT NULL DEFAULT 0,
     total_len bigint NOT NULL DEFAULT 0,
+    scope_key text NOT NULL GENERATED ALWAYS AS (engram_scope_key(user_id, agent_id, run_id)) STORED,
     CONSTRAINT bm25_scope_stats_pkey PRIMARY KEY (scope_key)
 );
 CREATE INDEX bm25_scope_stats_agent_idx ON public.bm25_scope_stats USING btree (agent_id);
@@ -94,7 +95,6 @@ CREATE TABLE memories (
     user_id text,
     agent_id text,
     run_id text,
-    scope_key text NOT NULL,
     content text NOT NULL,
     normalized_content text NOT NULL,
     content_hash text NOT NULL,
@@ -126,6 +126,7 @@ CREATE TABLE memories (
     updated_at timestamp with time zone NOT NULL DEFAULT now(),
     updated_by text NOT NULL,
     version integer NOT NULL DEFAULT 1,
+    scope_key text NOT NULL GENERATED ALWAYS AS (engram_scope_key(user_id, agent_id, run_id)) STORED,
     CONSTRAINT memories_check CHECK (((user_id IS NOT NULL) OR (agent_id IS NOT NULL) OR (run_id IS NOT NULL))),
     CONSTRAINT memories_extraction_status_check CHECK ((extraction_status = ANY (ARRAY['pending'::text, 'unprocessed'::text, 'done'::text, 'skipped'::text, 'failed'::text]))),
     CONSTRAINT memories_pkey PRIMARY KEY (id)
@@ -270,3 +271,9 @@ CREATE TABLE schema_migrations_log (
     CONSTRAINT schema_migrations_log_pkey PRIMARY KEY (id)
 );
 CREATE UNIQUE INDEX schema_migrations_log_pkey ON public.schema_migrations_log USING btree (id);
+
+CREATE OR REPLACE FUNCTION public.engram_scope_key(user_id text, agent_id text, run_id text)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+RETURN ((((('u'::text || COALESCE((((length(user_id))::text || ':'::text) || user_id), '-'::text)) || '|a'::text) || COALESCE((((length(agent_id))::text || ':'::text) || agent_id), '-'::text)) || '|r'::text) || COALESCE((((length(run_id))::text || ':'::text) || run_id), '-'::text));

@@ -17,7 +17,8 @@ import asyncpg
 from engram import auth
 from engram.errors import Conflict, NotFound, Unauthenticated, ValidationFailed
 from engram.models import (
-    Job, Memory, MemoryPage, RememberRequest, RememberResponse, Scope, SearchRequest, SearchResponse,
+    MAX_PIPELINE_TIMEOUT_MS, ApiKey, Job, Memory, MemoryPage, RememberRequest, RememberResponse, Scope,
+    SearchFilters, SearchRequest, SearchResponse,
 )
 from engram.repositories import idempotency, jobs, keys
 from engram.repositories import memories as repo
@@ -58,17 +59,42 @@ class MemoryService:
         row = await keys.find_active(self._pool, auth.hash_key(key))
         if row is None:
             raise Unauthenticated("unknown or revoked API key")
-        return auth.Principal(id=f"key:{row['name']}", role=row["role"], grants=tuple(row["scopes"]))
+        return auth.Principal(id=f"key:{row['id']}", name=row["name"], role=row["role"], grants=tuple(row["scopes"]))
 
-    async def create_key(self, principal: auth.Principal, *, name: str, role: str, scopes: list[str]) -> str:
-        """A new API key (shown once). Admin only."""
+    async def create_key(self, principal: auth.Principal, *, name: str, role: str, scopes: list[str]
+                         ) -> tuple[str, ApiKey]:
+        """A new API key: (the secret, shown only now; its record). Admin only. Raises
+        ValidationFailed for an unknown role or a malformed grant, Conflict when an active key
+        already has `name`."""
         principal.require("admin")
         if role not in auth.ROLES:
             raise ValidationFailed(f"role must be one of {', '.join(auth.ROLES)}")
-        key = auth.new_key()
-        await keys.insert(self._pool, key_id=uuid.uuid4(), name=name, key_hash=auth.hash_key(key),
-                          role=role, scopes=auth.check_grants(scopes))
-        return key
+        secret = auth.new_key()
+        record = await keys.insert(self._pool, key_id=uuid.uuid4(), name=name, key_hash=auth.hash_key(secret),
+                                   role=role, scopes=auth.check_grants(scopes))
+        if record is None:
+            raise Conflict(f"an active key is already named {name!r}")
+        return secret, record
+
+    async def list_keys(self, principal: auth.Principal) -> list[ApiKey]:
+        """Every key, revoked ones too, oldest first; never a secret. Admin only."""
+        principal.require("admin")
+        return await keys.list_all(self._pool)
+
+    async def revoke_key(self, principal: auth.Principal, key_id: UUID) -> ApiKey:
+        """Revoke a key (idempotent: a revoked key keeps its first revocation time). Admin only.
+        Raises NotFound for an unknown id, Conflict for the last active admin key granted every
+        scope: without it nobody could create or revoke keys."""
+        principal.require("admin")
+        async with self._pool.acquire() as conn:
+            async with conn.transaction():
+                superadmins = await keys.lock_active_superadmins(conn)
+                if superadmins == [key_id]:
+                    raise Conflict("this is the last active admin key granted '*': create another first")
+                record = await keys.revoke(conn, key_id)
+                if record is None:
+                    raise NotFound(f"no key {key_id}")
+        return record
 
     # -- remember -----------------------------------------------------------------------------
 
@@ -83,13 +109,7 @@ class MemoryService:
         """
         principal.require("remember", req.scope)
         s = self._settings
-        if not req.content.strip():
-            raise ValidationFailed("content is empty")
-        if len(req.content) > s.max_content_chars:
-            raise ValidationFailed(f"content has {len(req.content)} characters; the limit is {s.max_content_chars}")
         timeout_ms = req.pipeline_timeout_ms if req.pipeline_timeout_ms is not None else s.pipeline_timeout_ms_default
-        if timeout_ms > s.pipeline_timeout_ms_max:
-            raise ValidationFailed(f"pipeline_timeout_ms is capped at {s.pipeline_timeout_ms_max}")
 
         replay = await self._write_memory(principal, req, request_id)
         if isinstance(replay, RememberResponse):
@@ -149,7 +169,7 @@ class MemoryService:
         if not await self._pipeline.start(job_id):
             return RememberResponse(memory_id=memory_id, status="raw_saved", job_id=job_id,
                                     warnings=["pipeline_unavailable: saved raw; processing resumes when it is back"])
-        wait = self._settings.pipeline_timeout_ms_max / 1000 if mode == "sync" else timeout_s
+        wait = MAX_PIPELINE_TIMEOUT_MS / 1000 if mode == "sync" else timeout_s
         outcome = await self._pipeline.wait_first_pass(job_id, wait)
         if outcome is None:
             return RememberResponse(memory_id=memory_id, status="queued", job_id=job_id,
@@ -162,30 +182,29 @@ class MemoryService:
     async def search(self, principal: auth.Principal, req: SearchRequest) -> SearchResponse:
         principal.require("search", req.scope)
         s = self._settings
-        if req.limit > s.search_limit_max:
-            raise ValidationFailed(f"limit is capped at {s.search_limit_max}")
         top_n = req.rerank_top_n if req.rerank_top_n is not None else s.rerank_top_n
-        if top_n > s.rerank_top_n_max:
-            raise ValidationFailed(f"rerank_top_n is capped at {s.rerank_top_n_max}")
         rerank = s.rerank_default if req.rerank is None else req.rerank
         if rerank and not self._recall.can_rerank:
             raise ValidationFailed("rerank is off on this server (ENGRAM_RERANK_MODEL=none)")
-        filters = self._filters(req.filters, req.include_deleted)
+        filters = self._filters(principal, req.filters, req.include_deleted)
         hits, warnings, explain = await self._recall.search(
             req.query, req.scope, filters, RecallOptions(limit=req.limit, rerank=rerank, rerank_top_n=top_n))
         if hits:
             self._spawn(repo.bump_access(self._pool, [h.memory.id for h in hits]))
         return SearchResponse(results=hits, warnings=warnings, explain=explain.stages if req.explain else None)
 
-    def _filters(self, f, include_deleted: bool) -> repo.Filters:
+    def _filters(self, principal: auth.Principal, f: SearchFilters, include_deleted: bool) -> repo.Filters:
+        """The filters of a read by `principal`: what it asked for, within what it may see. A time
+        phrase and a time range together mean both (their intersection)."""
         start = end = None
         if f.time is not None:
             start, end = parse_time_phrase(f.time, self._clock())
         if f.time_range is not None:
             start = max(filter(None, [start, f.time_range.start]), default=None)
             end = min(filter(None, [end, f.time_range.end]), default=None)
-        return repo.Filters(type=f.type, tags=f.tags, who=f.who, source_type=f.source_type,
-                            created_from=start, created_to=end, include_deleted=include_deleted)
+        return repo.Filters(visible=principal.visibility, type=f.type, tags=f.tags, who=f.who,
+                            source_type=f.source_type, created_from=start, created_to=end,
+                            include_deleted=include_deleted)
 
     async def get(self, principal: auth.Principal, memory_id: UUID) -> Memory:
         """A memory by id. One from a scope the caller may not touch looks exactly like a missing one."""
@@ -195,13 +214,13 @@ class MemoryService:
             raise NotFound(f"no memory {memory_id}")
         return memory
 
-    async def list(self, principal: auth.Principal, scope: Scope, f, *, include_deleted: bool,
+    async def list(self, principal: auth.Principal, scope: Scope, f: SearchFilters, *, include_deleted: bool,
                    cursor: str | None, limit: int) -> MemoryPage:
+        """The memories in `scope` that the caller may see, newest first, a page of `limit`."""
         principal.require("read", scope)
-        if limit > self._settings.search_limit_max:
-            raise ValidationFailed(f"limit is capped at {self._settings.search_limit_max}")
         after = _decode_cursor(cursor) if cursor else None
-        items = await repo.list_page(self._pool, scope, self._filters(f, include_deleted), after=after, limit=limit)
+        items = await repo.list_page(self._pool, scope, self._filters(principal, f, include_deleted),
+                                     after=after, limit=limit)
         next_cursor = _encode_cursor(items[-1]) if len(items) == limit else None
         return MemoryPage(items=items, next_cursor=next_cursor)
 
@@ -243,12 +262,22 @@ def _request_hash(req: RememberRequest) -> str:
 
 
 def _encode_cursor(memory: Memory) -> str:
-    return base64.urlsafe_b64encode(f"{memory.created_at.isoformat()}|{memory.id}".encode()).decode()
+    return _cursor_text(memory.created_at, memory.id)
+
+
+def _cursor_text(created_at: datetime, memory_id: UUID) -> str:
+    return base64.urlsafe_b64encode(f"{created_at.isoformat()}|{memory_id}".encode()).decode()
 
 
 def _decode_cursor(cursor: str) -> tuple[datetime, UUID]:
+    """The (created_at, id) a cursor of `_encode_cursor` holds. Raises ValidationFailed for
+    anything else: a cursor is opaque, and only what `_encode_cursor` writes is read back."""
     try:
-        created, memory_id = base64.urlsafe_b64decode(cursor.encode()).decode().split("|")
-        return datetime.fromisoformat(created), UUID(memory_id)
-    except ValueError:
-        raise ValidationFailed("bad cursor") from None
+        text = base64.b64decode(cursor.encode("ascii"), altchars=b"-_", validate=True).decode("ascii")
+        created, memory_id = text.split("|")
+        position = datetime.fromisoformat(created), UUID(memory_id)
+        if position[0].tzinfo is None or _cursor_text(*position) != cursor:
+            raise ValueError("not a cursor this service wrote")
+        return position
+    except (ValueError, OverflowError):  # UnicodeError and binascii.Error are ValueErrors
+        raise ValidationFailed("bad cursor: pass back a next_cursor exactly as it came") from None

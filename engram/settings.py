@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from engram.models import MAX_PIPELINE_TIMEOUT_MS, MAX_RERANK_TOP_N
 
 ProviderName = Literal["ollama", "openai", "none"]
 
@@ -65,10 +67,9 @@ class Settings(BaseSettings):
     local_only: bool = True
     provider_allowlist: list[str] = Field(default_factory=list)
 
-    # Remember pipeline.
-    max_content_chars: int = 32_000
-    pipeline_timeout_ms_default: int = 2_000
-    pipeline_timeout_ms_max: int = 30_000
+    # Remember pipeline. How long `auto` mode waits for the first pass when a request does not
+    # say (pipeline_timeout_ms; at most engram.models.MAX_PIPELINE_TIMEOUT_MS, `sync`'s wait).
+    pipeline_timeout_ms_default: int = Field(default=2_000, ge=0, le=MAX_PIPELINE_TIMEOUT_MS)
     extraction_max_attempts: int = 8
     extraction_backoff_initial_s: float = 30.0
     extraction_backoff_max_s: float = 3_600.0
@@ -85,7 +86,6 @@ class Settings(BaseSettings):
     # the old ones until it commits and writes wait for it.
     bm25_stemmer: str = "english"
     search_candidates: int = 100
-    search_limit_max: int = 100
     # Context expansion: lift by this times the fused scores of the turns before and after
     # in the same session; 0 turns it off.
     expansion_weight: float = 0.1
@@ -93,8 +93,7 @@ class Settings(BaseSettings):
     # "llm": the primary LLM provider scores the passages instead, if llm_rerank vouches for it.
     rerank_model: Literal["ms-marco-MiniLM-L-12-v2", "llm", "none"] = "ms-marco-MiniLM-L-12-v2"
     rerank_default: bool = False
-    rerank_top_n: int = 20
-    rerank_top_n_max: int = 100
+    rerank_top_n: int = Field(default=20, ge=1, le=MAX_RERANK_TOP_N)
     rerank_timeout_ms: int = 2_000
     # The reranker judges a memory with the one before it in its session ("<memory> (after:
     # <previous>)"): a reply often makes sense only next to what it answers (recall.rerank.with_context).
@@ -104,9 +103,3 @@ class Settings(BaseSettings):
 
     # Security baseline.
     dev_api_key: str = ""
-
-    @model_validator(mode="after")
-    def _check_bounds(self) -> "Settings":
-        if self.pipeline_timeout_ms_default > self.pipeline_timeout_ms_max:
-            raise ValueError("pipeline_timeout_ms_default exceeds pipeline_timeout_ms_max")
-        return self

@@ -38,6 +38,28 @@ shouldn't wasn wasn't weren weren't won won't wouldn wouldn't
 """.split())
 
 
+# Characters that render as nothing: a text made of these and white space says nothing.
+_BLANK_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")  # Hangul fillers, the blank Braille cell
+
+
+def is_blank(text: str) -> bool:
+    """True when `text` shows nothing: white space, zero-width and other format characters only."""
+    return all(unicodedata.category(ch) in _BLANK_CATEGORIES or ch in _BLANK_LETTERS for ch in text)
+
+
+def unstorable(text: str) -> str | None:
+    """Why Postgres cannot store `text` as given, or None: a NUL character (text columns refuse
+    it) or a lone surrogate (no UTF-8 encoding exists for it)."""
+    if "\x00" in text:
+        return "contains a NUL character"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains a lone surrogate (not valid Unicode)"
+    return None
+
+
 def normalize(content: str) -> str:
     """NFKC, lower case, runs of white space folded to one space, trimmed.
 

@@ -7,6 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 from engram.errors import ValidationFailed
 
+EARLIEST = datetime(1, 1, 1, tzinfo=timezone.utc)
+_MAX_COUNT_DIGITS = 9  # "last 999999999 days" already reaches back past year 1
 _UNITS = {"minute": 60, "hour": 3_600, "day": 86_400, "week": 7 * 86_400}
 _WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
           "seven": 7, "eight": 8, "nine": 9, "ten": 10, "twelve": 12}
@@ -29,15 +31,22 @@ def _shift_months(when: datetime, months: int) -> datetime:
 
 
 def _ago(now: datetime, count: int, unit: str) -> datetime:
-    if unit == "month":
-        return _shift_months(now, count)
-    if unit == "year":
-        return _shift_months(now, 12 * count)
-    return now - timedelta(seconds=count * _UNITS[unit])
+    """`count` units before `now`; the earliest instant there is when that lies before year 1."""
+    try:
+        if unit == "month":
+            return _shift_months(now, count)
+        if unit == "year":
+            return _shift_months(now, 12 * count)
+        return now - timedelta(seconds=count * _UNITS[unit])
+    except (OverflowError, ValueError):  # a year below 1
+        return EARLIEST
 
 
 def _count(word: str, phrase: str) -> int:
-    if word.isdigit():
+    # ASCII only: "²" passes str.isdigit but is no number int() reads.
+    if word.isascii() and word.isdigit():
+        if len(word) > _MAX_COUNT_DIGITS:
+            raise ValidationFailed(f"the number in time phrase {phrase[:40]!r}... has over {_MAX_COUNT_DIGITS} digits")
         return int(word)
     if word in _WORDS:
         return _WORDS[word]
@@ -53,6 +62,7 @@ def _day(text: str, phrase: str) -> datetime:
 
 def parse_time_phrase(phrase: str, now: datetime) -> tuple[datetime | None, datetime | None]:
     """The [start, end) window a phrase names, relative to `now` (UTC; days start at midnight).
+    A window reaching back past year 1 is cut there ("last 5000 years" is everything).
 
     Raises ValidationFailed for a phrase it does not understand, never guesses.
     """

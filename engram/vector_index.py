@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Protocol
 from uuid import UUID
 
+from engram.auth import Visibility
 from engram.models import Scope
 
 _KEYWORD_FIELDS = ("user_id", "agent_id", "run_id", "type", "tags", "who", "source_type")
@@ -52,9 +53,10 @@ class IndexPoint:
 
 @dataclass(frozen=True)
 class IndexFilter:
-    """What a search may return: always a scope; the rest optional."""
+    """What a search may return: always a scope and the caller's visibility; the rest optional."""
 
     scope: Scope
+    visible: Visibility
     include_deleted: bool = False
     type: str | None = None
     tags: list[str] | None = None
@@ -75,6 +77,10 @@ class IndexFilter:
             if (value := getattr(self, name)) is not None:
                 conds.append((name, value))
         return conds
+
+    def restricted_parts(self) -> list[tuple[str, list[str]]]:
+        """(part, values): the part must be null or one of the values (the caller's grants)."""
+        return [(part, sorted(values)) for part, values in self.visible.allowed]
 
 
 @dataclass(frozen=True)
@@ -168,6 +174,9 @@ class EdgeIndex:
         import qdrant_edge as q
 
         must = [q.FieldCondition(k, match=q.MatchValue(v)) for k, v in flt.conditions()]
+        for part, values in flt.restricted_parts():
+            either = [q.IsNullCondition(part)] + ([q.FieldCondition(part, match=q.MatchAny(values))] if values else [])
+            must.append(q.Filter(should=either))
         if flt.tags:
             must.append(q.FieldCondition("tags", match=q.MatchAny(list(flt.tags))))
         if flt.created_from or flt.created_to:
@@ -242,6 +251,11 @@ class QdrantServerIndex:
         from qdrant_client import models as m
 
         must: list = [m.FieldCondition(key=k, match=m.MatchValue(value=v)) for k, v in flt.conditions()]
+        for part, values in flt.restricted_parts():
+            either: list = [m.IsNullCondition(is_null=m.PayloadField(key=part))]
+            if values:
+                either.append(m.FieldCondition(key=part, match=m.MatchAny(any=values)))
+            must.append(m.Filter(should=either))
         if flt.tags:
             must.append(m.FieldCondition(key="tags", match=m.MatchAny(any=list(flt.tags))))
         if flt.created_from or flt.created_to:

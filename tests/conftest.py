@@ -13,6 +13,7 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
+import uvicorn
 
 from api.http import create_app
 from engram import auth, db
@@ -167,8 +168,7 @@ def app_settings(tmp_path: Path, dsn: str, **overrides) -> Settings:
 async def running_app(settings: Settings, embedder: Embedder, reranker=None):
     runtime = await Runtime.open(settings, embedder=embedder, reranker=reranker)
     admin_key = auth.new_key()
-    await keys.insert(runtime.pool, key_id=uuid.uuid4(), name="admin", key_hash=auth.hash_key(admin_key),
-                      role="admin", scopes=["*"])
+    await runtime.install_admin_key(admin_key, name="admin")
     app = create_app(None)
     app.state.runtime = runtime
     transport = httpx.ASGITransport(app=app)
@@ -177,6 +177,26 @@ async def running_app(settings: Settings, embedder: Embedder, reranker=None):
             yield App(runtime, http, admin_key)
     finally:
         await runtime.close()
+
+
+@contextlib.asynccontextmanager
+async def serving(app: App):
+    """`app`'s HTTP gateway on a real uvicorn server on a loopback port; yields its base URL.
+    For what an in-process transport cannot show: keep-alive connections, chunked bodies."""
+    web = create_app(None)
+    web.state.runtime = app.runtime
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(web, host="127.0.0.1", port=port, lifespan="off", log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()  # raises why it could not start
+        await asyncio.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
 
 
 @pytest.fixture

@@ -85,7 +85,7 @@ async def test_expansion_weight_zero_turns_it_off(make_app):
 @pytest.mark.parametrize("extra, fragment", [
     ({"rerank": "maybe"}, "rerank"),
     ({"rerank_top_n": 0}, "rerank_top_n"),
-    ({"rerank_top_n": 500}, "capped"),
+    ({"rerank_top_n": 500}, "less than or equal to 100"),
     ({"limit": -1}, "limit"),
     ({"explain": "please"}, "explain"),
 ])

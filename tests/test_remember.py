@@ -144,15 +144,15 @@ async def test_idempotency_key_reused_for_another_request_is_a_conflict(app):
 
 
 @pytest.mark.parametrize("body, fragment", [
-    ({"content": "", "scope": {"user_id": "u"}}, "empty"),
+    ({"content": "", "scope": {"user_id": "u"}}, "at least 1 character"),
     ({"content": "   \n ", "scope": {"user_id": "u"}}, "empty"),
-    ({"content": "x" * 40_000, "scope": {"user_id": "u"}}, "limit"),
+    ({"content": "x" * 40_000, "scope": {"user_id": "u"}}, "at most 32000 characters"),
     ({"content": "hello"}, "scope"),
     ({"content": "hello", "scope": {}}, "at least one"),
     ({"content": "hello", "scope": {"user_id": "u"}, "colour": "red"}, "colour"),
     ({"content": "hello", "scope": {"user_id": "u", "tenant": "x"}}, "tenant"),
     ({"content": "hello", "scope": {"user_id": "u"}, "mode": "eventually"}, "mode"),
-    ({"content": "hello", "scope": {"user_id": "u"}, "pipeline_timeout_ms": 10_000_000}, "capped"),
+    ({"content": "hello", "scope": {"user_id": "u"}, "pipeline_timeout_ms": 10_000_000}, "less than or equal to 30000"),
     ({"content": "hello", "scope": {"user_id": "u"}, "importance": 7}, "importance"),
     ({"content": 42, "scope": {"user_id": "u"}}, "content"),
 ])

@@ -32,8 +32,8 @@ PG_RESTORE = POSTGRES_BIN_PATH / "pg_restore"
 
 # Only the NOT NULL columns without a default, and one scope column for the scope CHECK.
 INSERT_MEMORY = """
-INSERT INTO memories (id, user_id, scope_key, content, normalized_content, content_hash, updated_by)
-VALUES ($1, 'u1', 'user:u1', 'I drink green tea', 'i drink green tea', 'hash-of-tea', 'test')
+INSERT INTO memories (id, user_id, content, normalized_content, content_hash, updated_by)
+VALUES ($1, 'u1', 'I drink green tea', 'i drink green tea', 'hash-of-tea', 'test')
 """
 
 
@@ -240,3 +240,50 @@ async def test_dump_does_not_depend_on_the_session_search_path(postgres):
         other = await dump_schema(conn)
     assert other == default, "the dump changes with the session's search_path:\n" + schema_diff(
         default, other, "search_path default", "search_path pg_catalog")
+
+
+async def test_migration_0006_gives_colliding_scopes_their_own_keys_and_attributes_writes_to_key_ids(
+        postgres, migrations_dir):
+    """A database written before 0006: two scopes shared the unescaped key 'u:v|a:g|a:|r:', so
+    their BM25 statistics were one row; actors were key names, one of them shared by two keys."""
+    identity = migrations_dir / "0006_scope_and_key_identity.sql"
+    held_back = identity.read_text()
+    identity.unlink()
+    dsn = await empty_database(postgres)
+    await db.migrate(dsn)
+    sole, twin_a, twin_b = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    first, second = uuid.uuid4(), uuid.uuid4()
+    async with connect(dsn) as conn:
+        for key_id, name in ((sole, "ci"), (twin_a, "dev"), (twin_b, "dev")):
+            await conn.execute("INSERT INTO api_keys (id, name, key_hash, role, scopes) VALUES ($1, $2, $3, 'admin', '{*}')",
+                               key_id, name, key_id.hex)
+        for memory_id, user, agent, actor in ((first, "v|a:g", None, "key:ci"), (second, "v", "g|a:", "key:dev")):
+            await conn.execute(
+                "INSERT INTO memories (id, user_id, agent_id, scope_key, content, normalized_content, content_hash,"
+                " token_count, updated_by) VALUES ($1, $2, $3, 'u:v|a:g|a:|r:', 'tea', 'tea', $5, 1, $4)",
+                memory_id, user, agent, actor, f"hash-{memory_id}")  # one text per key: the old index saw to that
+            await conn.execute("INSERT INTO memory_terms (memory_id, term, tf, user_id, agent_id) VALUES ($1, 'tea', 1, $2, $3)",
+                               memory_id, user, agent)
+            await conn.execute("INSERT INTO memory_history (memory_id, event, version, actor_type, actor_id)"
+                               " VALUES ($1, 'ADD', 1, 'api', $2)", memory_id, actor)
+        await conn.execute("INSERT INTO bm25_scope_stats VALUES ('u:v|a:g|a:|r:', 'v|a:g', NULL, NULL, 2, 2)")
+        await conn.execute("INSERT INTO bm25_term_stats VALUES ('u:v|a:g|a:|r:', 'tea', 2)")
+    identity.write_text(held_back)
+
+    assert await db.migrate(dsn) == [6]
+
+    async with connect(dsn) as conn:
+        keys_of = {r["id"]: r["scope_key"] for r in await conn.fetch("SELECT id, scope_key FROM memories")}
+        assert keys_of[first] != keys_of[second], "the two scopes still share a key"
+        stats = {r["scope_key"]: (r["doc_count"], r["user_id"], r["agent_id"])
+                 for r in await conn.fetch("SELECT * FROM bm25_scope_stats")}
+        assert stats == {keys_of[first]: (1, "v|a:g", None), keys_of[second]: (1, "v", "g|a:")}
+        dfs = {r["scope_key"]: r["df"] for r in await conn.fetch("SELECT scope_key, df FROM bm25_term_stats")}
+        assert dfs == {keys_of[first]: 1, keys_of[second]: 1}
+        actors = {r["id"]: r["updated_by"] for r in await conn.fetch("SELECT id, updated_by FROM memories")}
+        assert actors == {first: f"key:{sole}", second: "key:dev"}, "only a name one key had can be attributed"
+        history = {r["memory_id"]: r["actor_id"] for r in await conn.fetch("SELECT memory_id, actor_id FROM memory_history")}
+        assert history == {first: f"key:{sole}", second: "key:dev"}
+        names = {r["id"]: r["name"] for r in await conn.fetch("SELECT id, name FROM api_keys")}
+        assert names[sole] == "ci" and sorted([names[twin_a], names[twin_b]])[0] == "dev"
+        assert len(set(names.values())) == 3, f"active key names are still shared: {names}"

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pytest
 
+from engram.auth import EVERYTHING, Principal
 from engram.models import Scope
 from engram.vector_index import EdgeIndex, IndexFilter, IndexPoint, QdrantServerIndex
 
@@ -44,7 +45,7 @@ def _point(seed: int, user: str = "u", **fields) -> IndexPoint:
 async def test_nearest_first_with_cosine_scores(index):
     points = [_point(i) for i in range(5)]
     await index.upsert(points)
-    hits = await index.search(points[3].vector, IndexFilter(scope=Scope(user_id="u")), 5)
+    hits = await index.search(points[3].vector, IndexFilter(visible=EVERYTHING, scope=Scope(user_id="u")), 5)
     assert hits[0].id == points[3].id and hits[0].score == pytest.approx(1.0, abs=1e-4)
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     assert await index.count() == 5
@@ -54,21 +55,40 @@ async def test_scope_is_always_enforced(index):
     mine, theirs = _point(1, "alice"), _point(1, "bob")
     narrow = _point(2, "alice", agent_id="a1")
     await index.upsert([mine, theirs, narrow])
-    hits = await index.search(mine.vector, IndexFilter(scope=Scope(user_id="alice")), 10)
+    hits = await index.search(mine.vector, IndexFilter(visible=EVERYTHING, scope=Scope(user_id="alice")), 10)
     assert {h.id for h in hits} == {mine.id, narrow.id}
-    hits = await index.search(mine.vector, IndexFilter(scope=Scope(user_id="alice", agent_id="a1")), 10)
+    hits = await index.search(mine.vector, IndexFilter(visible=EVERYTHING, scope=Scope(user_id="alice", agent_id="a1")), 10)
     assert [h.id for h in hits] == [narrow.id]
+
+
+async def test_points_whose_whole_scope_is_not_granted_are_never_returned(index):
+    agent_only = _point(1, user=None, agent_id="x")
+    bobs = _point(1, "bob", agent_id="x")
+    in_r1 = _point(2, user=None, agent_id="x", run_id="r1")
+    in_r2 = _point(3, user=None, agent_id="x", run_id="r2")
+    await index.upsert([agent_only, bobs, in_r1, in_r2])
+
+    async def seen_by(*grants: str) -> set:
+        visible = Principal(id="key:t", name="t", role="reader", grants=grants).visibility
+        hits = await index.search(agent_only.vector, IndexFilter(scope=Scope(agent_id="x"), visible=visible), 10)
+        return {h.id for h in hits}
+
+    assert await seen_by("agent:x") == {agent_only.id}
+    assert await seen_by("agent:x", "run:r1") == {agent_only.id, in_r1.id}
+    assert await seen_by("agent:*", "run:*") == {agent_only.id, in_r1.id, in_r2.id}
+    assert await seen_by("agent:x", "user:bob") == {agent_only.id, bobs.id}
+    assert await seen_by("*") == {agent_only.id, bobs.id, in_r1.id, in_r2.id}
 
 
 async def test_deleted_points_are_hidden_unless_asked_for(index):
     point = _point(1)
     await index.upsert([point])
     await index.set_deleted([point.id], True)
-    assert await index.search(point.vector, IndexFilter(scope=Scope(user_id="u")), 10) == []
-    hits = await index.search(point.vector, IndexFilter(scope=Scope(user_id="u"), include_deleted=True), 10)
+    assert await index.search(point.vector, IndexFilter(visible=EVERYTHING, scope=Scope(user_id="u")), 10) == []
+    hits = await index.search(point.vector, IndexFilter(visible=EVERYTHING, scope=Scope(user_id="u"), include_deleted=True), 10)
     assert [h.id for h in hits] == [point.id]
     await index.set_deleted([point.id], False)
-    assert len(await index.search(point.vector, IndexFilter(scope=Scope(user_id="u")), 10)) == 1
+    assert len(await index.search(point.vector, IndexFilter(visible=EVERYTHING, scope=Scope(user_id="u")), 10)) == 1
 
 
 async def test_payload_filters_and_time_range(index):
@@ -78,7 +98,7 @@ async def test_payload_filters_and_time_range(index):
     scope = Scope(user_id="u")
 
     async def ids(**kw):
-        return {h.id for h in await index.search(a.vector, IndexFilter(scope=scope, **kw), 10)}
+        return {h.id for h in await index.search(a.vector, IndexFilter(visible=EVERYTHING, scope=scope, **kw), 10)}
 
     assert await ids(type="preference") == {a.id}
     assert await ids(tags=["oslo"]) == {b.id}
@@ -95,7 +115,7 @@ async def test_upsert_replaces_and_delete_removes(index):
     moved = IndexPoint(**{**point.__dict__, "vector": _vec(9)})
     await index.upsert([moved])
     assert await index.count() == 1
-    hits = await index.search(_vec(9), IndexFilter(scope=Scope(user_id="u")), 1)
+    hits = await index.search(_vec(9), IndexFilter(visible=EVERYTHING, scope=Scope(user_id="u")), 1)
     assert hits[0].id == point.id and hits[0].score == pytest.approx(1.0, abs=1e-4)
     await index.delete([point.id, uuid.uuid4()])
     assert await index.count() == 0
@@ -109,6 +129,6 @@ async def test_edge_shard_persists_across_reopen(tmp_path):
     await first.close()
     again = EdgeIndex(tmp_path / "shard")
     await again.ensure(model="m", dim=DIM)
-    hits = await again.search(point.vector, IndexFilter(scope=Scope(user_id="u")), 1)
+    hits = await again.search(point.vector, IndexFilter(visible=EVERYTHING, scope=Scope(user_id="u")), 1)
     assert [h.id for h in hits] == [point.id]
     await again.close()

@@ -150,9 +150,14 @@ class Runtime:
         await self.pool.close()
 
     async def install_admin_key(self, key: str, name: str = "dev") -> None:
-        """Make `key` a valid admin key for every scope (idempotent): the first key of a deployment."""
-        await keys.insert(self.pool, key_id=uuid.uuid4(), name=name, key_hash=auth.hash_key(key),
-                          role="admin", scopes=["*"])
+        """Make `key` a valid admin key for every scope (idempotent): the first key of a deployment.
+        If another active key already has `name`, this one is named `<name>-<its id's start>`."""
+        key_id = uuid.uuid4()
+        for candidate in (name, f"{name}-{str(key_id)[:8]}"):
+            if await keys.insert(self.pool, key_id=key_id, name=candidate, key_hash=auth.hash_key(key),
+                                 role="admin", scopes=["*"]):
+                return
+        raise RuntimeError(f"could not install the admin key: the names {name!r} and its variant are taken")
 
     async def readiness(self) -> dict[str, dict]:
         """Each component's state; never raises."""

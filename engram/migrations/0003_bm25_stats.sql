@@ -21,11 +21,19 @@ CREATE TABLE IF NOT EXISTS bm25_term_stats (
     PRIMARY KEY (scope_key, term)
 );
 
--- Backfill from what is already stored (a no-op on a database that has the rows).
-INSERT INTO bm25_scope_stats (scope_key, user_id, agent_id, run_id, doc_count, total_len)
-SELECT scope_key, min(user_id), min(agent_id), min(run_id), count(*), sum(token_count)
-FROM memories WHERE NOT is_deleted GROUP BY scope_key
-ON CONFLICT (scope_key) DO NOTHING;
+-- Backfill from what is already stored (a no-op on a database that has the rows). From 0006 on
+-- Postgres derives scope_key itself and refuses a value for it, and 0006 recounts the rows:
+-- then there is nothing to backfill here.
+DO $$
+BEGIN
+    IF (SELECT attgenerated FROM pg_attribute
+        WHERE attrelid = 'bm25_scope_stats'::regclass AND attname = 'scope_key') = '' THEN
+        INSERT INTO bm25_scope_stats (scope_key, user_id, agent_id, run_id, doc_count, total_len)
+        SELECT scope_key, min(user_id), min(agent_id), min(run_id), count(*), sum(token_count)
+        FROM memories WHERE NOT is_deleted GROUP BY scope_key
+        ON CONFLICT (scope_key) DO NOTHING;
+    END IF;
+END $$;
 
 INSERT INTO bm25_term_stats (scope_key, term, df)
 SELECT m.scope_key, t.term, count(*)

@@ -30,7 +30,7 @@ class Candidate:
 
 def index_filter(scope: Scope, filters: repo.Filters) -> IndexFilter:
     return IndexFilter(
-        scope=scope, include_deleted=filters.include_deleted, type=filters.type, tags=filters.tags,
+        scope=scope, visible=filters.visible, include_deleted=filters.include_deleted, type=filters.type, tags=filters.tags,
         who=filters.who, source_type=filters.source_type, created_from=filters.created_from,
         created_to=filters.created_to,
     )

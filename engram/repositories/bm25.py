@@ -82,9 +82,9 @@ async def recount_stats(conn: asyncpg.Connection) -> tuple[int, int]:
     numbers memories.add_to_bm25_stats keeps one write at a time. Returns (scope rows, term rows)."""
     scopes = await conn.execute(
         """
-        INSERT INTO bm25_scope_stats (scope_key, user_id, agent_id, run_id, doc_count, total_len)
-        SELECT scope_key, min(user_id), min(agent_id), min(run_id), count(*), sum(token_count)
-        FROM memories WHERE NOT is_deleted GROUP BY scope_key
+        INSERT INTO bm25_scope_stats (user_id, agent_id, run_id, doc_count, total_len)
+        SELECT user_id, agent_id, run_id, count(*), sum(token_count)
+        FROM memories WHERE NOT is_deleted GROUP BY user_id, agent_id, run_id
         """
     )
     terms = await conn.execute(

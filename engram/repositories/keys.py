@@ -6,16 +6,51 @@ from uuid import UUID
 
 import asyncpg
 
+from engram.models import ApiKey
 
-async def insert(pool: asyncpg.Pool, *, key_id: UUID, name: str, key_hash: str, role: str, scopes: list[str]) -> None:
-    await pool.execute(
-        "INSERT INTO api_keys (id, name, key_hash, role, scopes) VALUES ($1, $2, $3, $4, $5)"
-        " ON CONFLICT (key_hash) DO NOTHING",
-        key_id, name, key_hash, role, scopes,
-    )
+_COLUMNS = "id, name, role, scopes, created_at, revoked_at"
+
+
+async def insert(pool: asyncpg.Pool, *, key_id: UUID, name: str, key_hash: str, role: str,
+                 scopes: list[str]) -> ApiKey | None:
+    """Store a key. None, writing nothing, when an active key already has `name`; a key whose
+    hash is already stored is left as it is and returned (installing the same key twice is one key)."""
+    try:
+        row = await pool.fetchrow(
+            f"INSERT INTO api_keys (id, name, key_hash, role, scopes) VALUES ($1, $2, $3, $4, $5)"
+            f" ON CONFLICT (key_hash) DO UPDATE SET key_hash = EXCLUDED.key_hash RETURNING {_COLUMNS}",
+            key_id, name, key_hash, role, scopes,
+        )
+    except asyncpg.UniqueViolationError:  # api_keys_active_name_uq
+        return None
+    return ApiKey.model_validate(dict(row))
 
 
 async def find_active(pool: asyncpg.Pool, key_hash: str) -> asyncpg.Record | None:
     return await pool.fetchrow(
         "SELECT id, name, role, scopes FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL", key_hash,
     )
+
+
+async def list_all(pool: asyncpg.Pool) -> list[ApiKey]:
+    rows = await pool.fetch(f"SELECT {_COLUMNS} FROM api_keys ORDER BY created_at, id")
+    return [ApiKey.model_validate(dict(r)) for r in rows]
+
+
+async def revoke(conn: asyncpg.Connection, key_id: UUID) -> ApiKey | None:
+    """Revoke the key now unless it already is; its record, or None for an unknown id. The row
+    stays locked until the caller's transaction ends."""
+    row = await conn.fetchrow(
+        f"UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1 RETURNING {_COLUMNS}", key_id,
+    )
+    return ApiKey.model_validate(dict(row)) if row else None
+
+
+async def lock_active_superadmins(conn: asyncpg.Connection) -> list[UUID]:
+    """The active admin keys granted every scope, locked (in id order, so concurrent callers
+    queue rather than deadlock) until the caller's transaction ends."""
+    rows = await conn.fetch(
+        "SELECT id FROM api_keys WHERE role = 'admin' AND '*' = ANY(scopes) AND revoked_at IS NULL"
+        " ORDER BY id FOR UPDATE",
+    )
+    return [r["id"] for r in rows]

@@ -10,6 +10,7 @@ from uuid import UUID
 import asyncpg
 import numpy as np
 
+from engram.auth import Visibility
 from engram.models import Memory, RememberRequest, Scope
 from engram.repositories.sql import Where
 from engram.text import content_hash, normalize, term_frequencies
@@ -54,8 +55,10 @@ class NewMemory:
 
 @dataclass(frozen=True)
 class Filters:
-    """Search and list filters, already validated and with time phrases resolved."""
+    """Search and list filters, already validated and with time phrases resolved. `visible` is
+    the caller's: no read returns a memory whose scope it may not touch."""
 
+    visible: Visibility
     type: str | None = None
     tags: list[str] | None = None
     who: str | None = None
@@ -65,6 +68,7 @@ class Filters:
     include_deleted: bool = False
 
     def apply(self, where: Where, alias: str = "m") -> None:
+        where.visible(self.visible, alias)
         if not self.include_deleted:
             where.add_raw(f"NOT {alias}.is_deleted")
         if self.type is not None:
@@ -89,14 +93,14 @@ async def insert_if_new(conn: asyncpg.Connection, mem: NewMemory) -> bool:
     """
     inserted = await conn.fetchval(
         """
-        INSERT INTO memories (id, user_id, agent_id, run_id, scope_key, content, normalized_content,
+        INSERT INTO memories (id, user_id, agent_id, run_id, content, normalized_content,
             content_hash, type, tags, who, source_type, source_id, session_id, metadata, pinned,
             importance, extraction_status, token_count, updated_by)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
         ON CONFLICT (scope_key, content_hash) WHERE NOT is_deleted DO NOTHING
         RETURNING true
         """,
-        mem.id, mem.scope.user_id, mem.scope.agent_id, mem.scope.run_id, mem.scope.key, mem.content,
+        mem.id, mem.scope.user_id, mem.scope.agent_id, mem.scope.run_id, mem.content,
         mem.normalized, mem.content_hash, mem.type, mem.tags, mem.who, mem.source_type, mem.source_id,
         mem.session_id, json.dumps(mem.metadata), mem.pinned, mem.importance, mem.extraction_status,
         mem.token_count, mem.actor,
@@ -129,9 +133,11 @@ async def insert_raw(conn: asyncpg.Connection, req: RememberRequest, *, memory_i
 
 
 async def find_live_by_hash(conn: asyncpg.Connection, scope: Scope, content_hash: str) -> UUID | None:
+    """The live memory of exactly `scope` (not of a scope inside it) holding this content."""
     return await conn.fetchval(
-        "SELECT id FROM memories WHERE scope_key = $1 AND content_hash = $2 AND NOT is_deleted",
-        scope.key, content_hash,
+        "SELECT id FROM memories WHERE scope_key = engram_scope_key($1, $2, $3) AND content_hash = $4"
+        " AND NOT is_deleted",
+        scope.user_id, scope.agent_id, scope.run_id, content_hash,
     )
 
 
@@ -194,20 +200,21 @@ async def add_to_bm25_stats(conn: asyncpg.Connection, scope: Scope, tf: dict[str
     """
     await conn.execute(
         """
-        INSERT INTO bm25_scope_stats (scope_key, user_id, agent_id, run_id, doc_count, total_len)
-        VALUES ($1, $2, $3, $4, 1, $5)
+        INSERT INTO bm25_scope_stats (user_id, agent_id, run_id, doc_count, total_len)
+        VALUES ($1, $2, $3, 1, $4)
         ON CONFLICT (scope_key) DO UPDATE SET doc_count = bm25_scope_stats.doc_count + 1,
             total_len = bm25_scope_stats.total_len + EXCLUDED.total_len
         """,
-        scope.key, scope.user_id, scope.agent_id, scope.run_id, length,
+        scope.user_id, scope.agent_id, scope.run_id, length,
     )
     if tf:
         await conn.execute(
             """
-            INSERT INTO bm25_term_stats (scope_key, term, df) SELECT $1, term, 1 FROM unnest($2::text[]) AS term
+            INSERT INTO bm25_term_stats (scope_key, term, df)
+            SELECT engram_scope_key($1, $2, $3), term, 1 FROM unnest($4::text[]) AS term
             ON CONFLICT (scope_key, term) DO UPDATE SET df = bm25_term_stats.df + 1
             """,
-            scope.key, sorted(tf),
+            scope.user_id, scope.agent_id, scope.run_id, sorted(tf),
         )
 
 
@@ -233,6 +240,7 @@ async def bm25_scores(
     where_t.scope(scope, "t")
     where_s = Where(where_t.params)
     where_s.scope(scope, "s")
+    where_s.visible(filters.visible, "s")  # no statistics from memories the caller may not see
     where_f = Where(where_s.params)
     filters.apply(where_f)
     top = ""

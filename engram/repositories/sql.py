@@ -3,6 +3,7 @@ ever becomes SQL."""
 
 from __future__ import annotations
 
+from engram.auth import Visibility
 from engram.models import Scope
 
 
@@ -29,6 +30,11 @@ class Where:
             value = getattr(scope, name)
             if value is not None:
                 self.add(f"{alias}.{name} = {{}}", value)
+
+    def visible(self, visibility: Visibility, alias: str) -> None:
+        """Only rows whose scope the caller may touch: each restricted part null or granted."""
+        for part, values in visibility.allowed:
+            self.add(f"({alias}.{part} IS NULL OR {alias}.{part} = ANY({{}}::text[]))", sorted(values))
 
     def sql(self) -> str:
         return " AND ".join(self.clauses) if self.clauses else "TRUE"
