@@ -36,7 +36,7 @@ from worker.embedded import EmbeddedPostgres, free_port
 from worker.runtime import open_index
 
 SERVICE_ENV = {"ENGRAM_LLM_PROVIDER": "none"}  # what the service runs with while measured
-ACTOR = "key:dev"  # the principal of the admin key `engram up` installs
+ACTOR = "bench:scale-loader"  # who wrote the memories loaded offline (no API key does)
 BATCH = 500  # memories per transaction when loading
 
 
