@@ -1,6 +1,6 @@
-"""`engram`: the command line. Process commands (up, worker, api) start servers; the rest
-speak to the HTTP API (ENGRAM_URL, default http://127.0.0.1:8080) with the key from
-ENGRAM_API_KEY or `$ENGRAM_DATA_DIR/api-key`."""
+"""`engram`'s commands that speak to the HTTP API (ENGRAM_URL, default http://127.0.0.1:8080)
+with the key from ENGRAM_API_KEY or `$ENGRAM_DATA_DIR/api-key`, and the parser of every
+command. The process commands (up, worker, api) start servers: worker.cli runs those."""
 
 from __future__ import annotations
 
@@ -185,23 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    if args.command == "up":
-        from worker.up import main as up_main
-
-        up_main()
-    elif args.command == "worker":
-        from worker.main import worker_main
-
-        worker_main()
-    elif args.command == "api":
-        from worker.main import api_main
-
-        api_main()
-    else:
-        args.func(args)
+PROCESS_COMMANDS = ("up", "worker", "api")  # started by worker.cli, the `engram` entry point
 
 
-if __name__ == "__main__":
-    main()
+def run(args: argparse.Namespace) -> None:
+    """Run one of the API client commands (every command but PROCESS_COMMANDS)."""
+    args.func(args)

@@ -22,11 +22,12 @@ from fastapi.responses import JSONResponse
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from api.body_limit import BodyLimit, error_body
-from engram.auth import Principal
-from engram.errors import EngramError
-from engram.models import (
+from engram.domain.auth import Principal
+from engram.domain.errors import EngramError
+from engram.domain.models import (
     MAX_LIMIT, ApiKey, CreatedKey, Job, KeyList, KeyRequest, Memory, MemoryPage, RememberRequest,
     RememberResponse, Scope, ScopeId, SearchFilters, SearchRequest, SearchResponse, Tag,
 )
@@ -69,12 +70,22 @@ def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
 def _describe_validation(errors: list[dict]) -> str:
     parts = []
     for err in errors:
-        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")  # "query.tags.1" stays
         message = err.get("msg", "invalid").removeprefix("Value error, ")
         if err.get("type") == "json_invalid":
             message = f"the body is not valid JSON ({err.get('ctx', {}).get('error', 'decode error')})"
         parts.append(f"{where or 'body'}: {message}")
     return "; ".join(parts)
+
+
+def _allowed_methods(app: FastAPI, request: Request) -> list[str]:
+    """Every method some route serves at this path."""
+    methods: set[str] = set()
+    for route in app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match != Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return sorted(methods)
 
 
 def service(request: Request):
@@ -123,11 +134,14 @@ def create_app(runtime_factory) -> FastAPI:
         return error_body(422, "validation_error", _describe_validation(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException):
+    async def _http(request: Request, exc: StarletteHTTPException):
         if exc.status_code == 400:  # FastAPI could not read the body (say, not UTF-8): bad input
             return error_body(422, "validation_error", "body: the body is not valid UTF-8 JSON")
+        headers = exc.headers
+        if exc.status_code == 405:  # Starlette names only the first route whose path matched
+            headers = {**(headers or {}), "Allow": ", ".join(_allowed_methods(app, request))}
         kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return error_body(exc.status_code, kind, str(exc.detail), headers=exc.headers)
+        return error_body(exc.status_code, kind, str(exc.detail), headers=headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
@@ -169,7 +183,9 @@ def create_app(runtime_factory) -> FastAPI:
     async def job(job_id: UUID, request: Request, caller: Caller):
         return await service(request).job(caller, job_id)
 
-    @app.get("/api/memory/{memory_id}", response_model=Memory, responses=_errors(401, 404, 422))
+    # `:uuid`: /api/memory/remember and /api/memory/search are no memory ids, so another method
+    # on them is a 405, not a 422 for a malformed id.
+    @app.get("/api/memory/{memory_id:uuid}", response_model=Memory, responses=_errors(401, 404, 422))
     async def get_memory(memory_id: UUID, request: Request, caller: Caller):
         return await service(request).get(caller, memory_id)
 
@@ -186,8 +202,11 @@ def create_app(runtime_factory) -> FastAPI:
         cursor: Annotated[str | None, Query(min_length=1, max_length=500)] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 20,
     ):
-        scope = Scope(user_id=user_id, agent_id=agent_id, run_id=run_id)
-        filters = SearchFilters(type=type, tags=tags, who=who, source_type=source_type, time=time)
+        try:
+            scope = Scope(user_id=user_id, agent_id=agent_id, run_id=run_id)
+            filters = SearchFilters(type=type, tags=tags, who=who, source_type=source_type, time=time)
+        except ValidationError as exc:  # the parameters' models: name them as query parameters
+            raise RequestValidationError([{**e, "loc": ("query", *e["loc"])} for e in exc.errors()]) from None
         return await service(request).list(caller, scope, filters, include_deleted=include_deleted,
                                            cursor=cursor, limit=limit)
 

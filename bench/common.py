@@ -322,8 +322,8 @@ def service_embedder(svc: Service) -> str:
 
 
 def open_embedder(model: str):
-    """`engram.embedder.Embedder` for a local model by its settings name (2 threads, as the service)."""
-    from engram import embedder as e
+    """`engram.inference.embedder.Embedder` for a local model by its settings name (2 threads, as the service)."""
+    from engram.inference import embedder as e
 
     files = e.model_files(model) if hasattr(e, "model_files") else e.minilm_files()
     if files.name != model:

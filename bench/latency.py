@@ -210,7 +210,7 @@ def embed_series(queries: list[str], model: str) -> Series:
     prefix = getattr(embedder.files, "query_prefix", "")
     embedder.embed_sync(queries[:10])  # warm-up
     series = Series(f"baseline: {model} query embedding, in process", [],
-                    note="engram.embedder.Embedder.embed_sync([query]) on the same queries as (e), while the "
+                    note="engram.inference.embedder.Embedder.embed_sync([query]) on the same queries as (e), while the "
                          "service idles")
     for query in queries:
         _, ms = common.timed(embedder.embed_sync, [prefix + query])

@@ -34,7 +34,7 @@ from bench import common
 from bench.locomo_data import (
     CATEGORY_NAMES, DATA, METRICS, TOP_K, Conversation, MethodResult, Question, Turn, load, score,
 )
-from engram.text import STOPWORDS, bm25_terms
+from engram.domain.text import STOPWORDS, bm25_terms
 
 # The README's dev numbers for the same harness: a check that this one reproduces them.
 README_BASELINES = {

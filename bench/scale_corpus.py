@@ -25,13 +25,14 @@ from pathlib import Path
 import numpy as np
 
 from bench import locomo_data
-from engram import db
-from engram.embedding_spaces import index_point
-from engram.models import Memory, RememberRequest, Scope
-from engram.repositories import embeddings
-from engram.repositories import memories as repo
+from engram.store import migrate as db
+from engram.store import pool as pool_module
+from engram.inference.embedding_spaces import index_point
+from engram.domain.models import Memory, MemoryDraft, Scope
+from engram.store import embeddings
+from engram.store import memories as repo
 from engram.settings import Settings
-from engram.text import normalize
+from engram.domain.text import normalize
 from worker.embedded import EmbeddedPostgres, free_port
 from worker.runtime import open_index
 
@@ -121,7 +122,7 @@ def load(data: Path, corpus: Corpus, start: int, stop: int) -> LoadStep:
 
 
 async def _load(settings: Settings, dsn: str, corpus: Corpus, start: int, stop: int) -> LoadStep:
-    pool = await db.create_pool(dsn, min_size=1, max_size=1)
+    pool = await pool_module.create_pool(dsn, min_size=1, max_size=1)
     index = open_index(settings, corpus.model)
     try:
         state = await embeddings.state(pool)
@@ -154,12 +155,12 @@ async def write_memory(conn, settings: Settings, corpus: Corpus, scope_index: in
     pipeline leaves it with no LLM provider. Returns the row as the pipeline reads it before
     indexing."""
     entry = corpus.entries[entry_index]
-    req = RememberRequest(content=entry.turn.text, scope=corpus.scope(scope_index),
-                          session_id=f"{entry.sample_id}:{entry.turn.session}",
-                          metadata={"sample_id": entry.sample_id, "dia_id": entry.turn.dia_id})
+    draft = MemoryDraft(content=entry.turn.text, scope=corpus.scope(scope_index),
+                        session_id=f"{entry.sample_id}:{entry.turn.session}",
+                        metadata={"sample_id": entry.sample_id, "dia_id": entry.turn.dia_id})
     memory_id = uuid.uuid4()
-    if not await repo.insert_raw(conn, req, memory_id=memory_id, actor=ACTOR, stemmer=settings.bm25_stemmer,
+    if not await repo.insert_raw(conn, draft, memory_id=memory_id, actor=ACTOR, stemmer=settings.bm25_stemmer,
                                  extraction_status="skipped"):
-        raise RuntimeError(f"{req.scope.user_id} already holds {req.content!r}")
+        raise RuntimeError(f"{draft.scope.user_id} already holds {draft.content!r}")
     await repo.store_embedding(conn, memory_id, corpus.vectors[entry_index], corpus.model)
     return await repo.get(conn, memory_id)

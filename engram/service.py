@@ -14,18 +14,18 @@ from uuid import UUID
 
 import asyncpg
 
-from engram import auth
-from engram.errors import Conflict, NotFound, Unauthenticated, ValidationFailed
-from engram.models import (
+from engram.domain import auth
+from engram.domain.filters import Filters, resolve
+from engram.domain.errors import Conflict, NotFound, Unauthenticated, ValidationFailed
+from engram.domain.models import (
     MAX_PIPELINE_TIMEOUT_MS, ApiKey, Job, Memory, MemoryPage, RememberRequest, RememberResponse, Scope,
     SearchFilters, SearchRequest, SearchResponse,
 )
-from engram.repositories import idempotency, jobs, keys
-from engram.repositories import memories as repo
+from engram.store import idempotency, jobs, keys
+from engram.store import memories as repo
 from engram.recall.pipeline import Recall, RecallOptions
 from engram.settings import Settings
-from engram.text import content_hash, normalize
-from engram.timephrase import parse_time_phrase
+from engram.domain.text import content_hash, normalize
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +33,10 @@ log = logging.getLogger(__name__)
 class Pipeline(Protocol):
     """Starts and observes the durable remember pipeline (Temporal, behind this seam)."""
 
-    async def start(self, job_id: UUID) -> bool:
-        """Start the job's workflow. True if it runs (or already ran); False if the
-        orchestrator is unreachable, in which case the outbox dispatcher starts it later."""
+    async def start(self, job_id: UUID, *, extract: bool = True) -> bool:
+        """Start a remember job's workflow (`extract`: False for a raw save). True if it runs (or
+        already ran); False if the orchestrator is unreachable, in which case the outbox
+        dispatcher starts it later."""
 
     async def wait_first_pass(self, job_id: UUID, timeout_s: float) -> str | None:
         """The first pass's outcome ("processed" or "raw_saved"), or None if not within the timeout."""
@@ -118,7 +119,7 @@ class MemoryService:
         if duplicate:
             answer = await self._answer_for_existing(memory_id, ["duplicate: this scope already holds this memory"])
         else:
-            answer = await self._run_pipeline(memory_id, job_id, req.mode, timeout_ms / 1000)
+            answer = await self._run_pipeline(memory_id, job_id, req, timeout_ms / 1000)
         if req.idempotency_key:
             await idempotency.store_response(self._pool, principal.id, req.idempotency_key,
                                              answer.model_dump(mode="json"))
@@ -134,7 +135,7 @@ class MemoryService:
                     memory_id=memory_id, job_id=job_id,
                 )
                 if claimed:
-                    if await repo.insert_raw(conn, req, memory_id=memory_id, actor=principal.id,
+                    if await repo.insert_raw(conn, req.draft(), memory_id=memory_id, actor=principal.id,
                                              stemmer=self._settings.bm25_stemmer, extraction_status="pending",
                                              request_id=request_id):
                         await jobs.insert(conn, job_id=job_id, memory_id=memory_id, job_type="extract",
@@ -153,7 +154,7 @@ class MemoryService:
         if row["request_hash"] != request_hash:
             raise Conflict("idempotency_key was already used with a different request")
         if row["response"] is not None:
-            return RememberResponse.model_validate(json.loads(row["response"]))
+            return RememberResponse.model_validate(row["response"])
         # The first request is still running: report where it stands.
         return await self._answer_for_existing(row["memory_id"], ["replay: the first request is still in flight"])
 
@@ -162,11 +163,13 @@ class MemoryService:
         status = job.outcome if job is not None and job.outcome else "queued"
         return RememberResponse(memory_id=memory_id, status=status, job_id=job.id if job else None, warnings=warnings)
 
-    async def _run_pipeline(self, memory_id: UUID, job_id: UUID, mode: str, timeout_s: float) -> RememberResponse:
+    async def _run_pipeline(self, memory_id: UUID, job_id: UUID, req: RememberRequest, timeout_s: float
+                            ) -> RememberResponse:
+        mode, extract = req.mode, not req.raw
         if mode == "async":
-            self._spawn(self._pipeline.start(job_id))
+            self._spawn(self._pipeline.start(job_id, extract=extract))
             return RememberResponse(memory_id=memory_id, status="queued", job_id=job_id)
-        if not await self._pipeline.start(job_id):
+        if not await self._pipeline.start(job_id, extract=extract):
             return RememberResponse(memory_id=memory_id, status="raw_saved", job_id=job_id,
                                     warnings=["pipeline_unavailable: saved raw; processing resumes when it is back"])
         wait = MAX_PIPELINE_TIMEOUT_MS / 1000 if mode == "sync" else timeout_s
@@ -193,18 +196,8 @@ class MemoryService:
             self._spawn(repo.bump_access(self._pool, [h.memory.id for h in hits]))
         return SearchResponse(results=hits, warnings=warnings, explain=explain.stages if req.explain else None)
 
-    def _filters(self, principal: auth.Principal, f: SearchFilters, include_deleted: bool) -> repo.Filters:
-        """The filters of a read by `principal`: what it asked for, within what it may see. A time
-        phrase and a time range together mean both (their intersection)."""
-        start = end = None
-        if f.time is not None:
-            start, end = parse_time_phrase(f.time, self._clock())
-        if f.time_range is not None:
-            start = max(filter(None, [start, f.time_range.start]), default=None)
-            end = min(filter(None, [end, f.time_range.end]), default=None)
-        return repo.Filters(visible=principal.visibility, type=f.type, tags=f.tags, who=f.who,
-                            source_type=f.source_type, created_from=start, created_to=end,
-                            include_deleted=include_deleted)
+    def _filters(self, principal: auth.Principal, asked: SearchFilters, include_deleted: bool) -> Filters:
+        return resolve(asked, principal.visibility, include_deleted=include_deleted, now=self._clock())
 
     async def get(self, principal: auth.Principal, memory_id: UUID) -> Memory:
         """A memory by id. One from a scope the caller may not touch looks exactly like a missing one."""

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from engram.models import MAX_PIPELINE_TIMEOUT_MS, MAX_RERANK_TOP_N
+from engram.domain.models import MAX_PIPELINE_TIMEOUT_MS, MAX_RERANK_TOP_N
 
 ProviderName = Literal["ollama", "openai", "none"]
 
@@ -44,8 +44,8 @@ class Settings(BaseSettings):
     qdrant_collection: str = "engram_memories"
 
     # Embeddings: a local int8 ONNX model (no network) unless embedding_provider says otherwise.
-    # bge-small with stemmed BM25 and context expansion: R@10 .709 / nDCG@10 .534 on LoCoMo dev,
-    # against .695 / .523 with MiniLM (in-process, same fusion; see bench/README.md).
+    # Through the service on LoCoMo dev, bge-small gives R@10 .721 / nDCG@10 .537 and MiniLM
+    # .701 / .521 (bench/reports/locomo.md).
     embedding_model: Literal["all-MiniLM-L6-v2", "bge-small-en-v1.5"] = "bge-small-en-v1.5"
     embedding_threads: int = 2
     # Changing the model re-embeds every memory in batches of this size (a ReembedWorkflow).
@@ -68,7 +68,7 @@ class Settings(BaseSettings):
     provider_allowlist: list[str] = Field(default_factory=list)
 
     # Remember pipeline. How long `auto` mode waits for the first pass when a request does not
-    # say (pipeline_timeout_ms; at most engram.models.MAX_PIPELINE_TIMEOUT_MS, `sync`'s wait).
+    # say (pipeline_timeout_ms; at most engram.domain.models.MAX_PIPELINE_TIMEOUT_MS, `sync`'s wait).
     pipeline_timeout_ms_default: int = Field(default=2_000, ge=0, le=MAX_PIPELINE_TIMEOUT_MS)
     extraction_max_attempts: int = 8
     extraction_backoff_initial_s: float = 30.0
@@ -81,7 +81,7 @@ class Settings(BaseSettings):
     rank_access_weight: float = 0.02
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
-    # Changing it (or a release that bumps engram.text.TOKENIZER_VERSION) rebuilds every memory's
+    # Changing it (or a release that bumps engram.domain.text.TOKENIZER_VERSION) rebuilds every memory's
     # BM25 postings and statistics once, at the next start-up, in one transaction: searches use
     # the old ones until it commits and writes wait for it.
     bm25_stemmer: str = "english"

@@ -16,13 +16,15 @@ import pytest
 import uvicorn
 
 from api.http import create_app
-from engram import auth, db
-from engram.embedder import Embedder, model_files
-from engram.repositories import keys
+from engram.domain import auth
+from engram.store import migrate as db
+from engram.inference.embedder import Embedder, model_files
+from engram.store import keys
 from engram.settings import Settings
 from tests.fakes.llm_server import FakeLLMServer
 from worker.embedded import EmbeddedPostgres, EmbeddedTemporal, free_port
 from worker.runtime import Runtime
+from worker.startup import prepare_store
 
 TEMPLATE_DB = "engram_template"
 DEFAULT_MODEL = Settings.model_fields["embedding_model"].default
@@ -166,6 +168,7 @@ def app_settings(tmp_path: Path, dsn: str, **overrides) -> Settings:
 
 @contextlib.asynccontextmanager
 async def running_app(settings: Settings, embedder: Embedder, reranker=None):
+    await prepare_store(settings)
     runtime = await Runtime.open(settings, embedder=embedder, reranker=reranker)
     admin_key = auth.new_key()
     await runtime.install_admin_key(admin_key, name="admin")

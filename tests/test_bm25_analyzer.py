@@ -14,13 +14,15 @@ import uuid
 import asyncpg
 import pytest
 
-from engram import text
-from engram.errors import ConfigError
-from engram.repositories import bm25
+from engram.domain import text
+from engram.domain.errors import ConfigError
+from engram.store import bm25
 from engram.settings import Settings
-from engram.text import bm25_analyzer, term_frequencies
+from engram.domain.text import bm25_analyzer, term_frequencies
 from tests.conftest import app_settings
+from engram.store import pool as pool_module
 from worker.runtime import Runtime
+from worker.startup import prepare_store, wait_until_prepared
 
 ALICE = {"user_id": "alice"}
 # Under english, "running", "runs" and "ran"... meet as "run"; under none only the exact word does.
@@ -32,6 +34,15 @@ LIVE = {
 }
 DELETED = "Alice stopped running last winter"
 REBUILT = "BM25 postings rebuilt"
+
+
+@contextlib.asynccontextmanager
+async def _connected(dsn: str):
+    conn = await asyncpg.connect(dsn)
+    try:
+        yield conn
+    finally:
+        await conn.close()
 
 
 async def _fill_with_english(make_app, data_dir) -> tuple[str, dict[str, str]]:
@@ -102,11 +113,11 @@ async def _fresh(conn, sql: str) -> int:
 
 
 def _messages(caplog, message: str) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name == "engram.lexical_index" and r.getMessage() == message]
+    return [r for r in caplog.records if r.name == "engram.store.lexical_index" and r.getMessage() == message]
 
 
 async def test_changing_the_stemmer_rebuilds_postings_and_statistics_at_start_up(make_app, tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="engram.lexical_index")
+    caplog.set_level(logging.INFO, logger="engram.store.lexical_index")
     dsn, ids = await _fill_with_english(make_app, tmp_path / "state")
     assert (await _stored_state(dsn)).analyzer == bm25_analyzer("english")
     assert _messages(caplog, REBUILT) == []
@@ -140,7 +151,7 @@ async def test_changing_the_stemmer_rebuilds_postings_and_statistics_at_start_up
 
 
 async def test_a_new_tokeniser_version_rebuilds_postings_and_lengths(make_app, tmp_path, caplog, monkeypatch):
-    caplog.set_level(logging.INFO, logger="engram.lexical_index")
+    caplog.set_level(logging.INFO, logger="engram.store.lexical_index")
     dsn, ids = await _fill_with_english(make_app, tmp_path / "state")
     lengths_before = dict(await _lengths(dsn))
     # A release whose tokeniser keeps stopwords: every document gets longer.
@@ -158,7 +169,7 @@ async def test_a_new_tokeniser_version_rebuilds_postings_and_lengths(make_app, t
 
 
 async def test_reopening_with_the_same_analyzer_rebuilds_nothing(make_app, tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="engram.lexical_index")
+    caplog.set_level(logging.INFO, logger="engram.store.lexical_index")
     dsn, ids = await _fill_with_english(make_app, tmp_path / "state")
     async with make_app(postgres_dsn=dsn, data_dir=tmp_path / "state", bm25_stemmer="none") as app:
         first = await bm25.state(app.pool)
@@ -169,9 +180,9 @@ async def test_reopening_with_the_same_analyzer_rebuilds_nothing(make_app, tmp_p
     assert len(_messages(caplog, REBUILT)) == 1
 
 
-async def test_processes_starting_together_rebuild_once(make_app, temporal, embedder, reranker, tmp_path, caplog):
-    # The compose deployment starts the api and the worker process at the same time.
-    caplog.set_level(logging.INFO, logger="engram.lexical_index")
+async def test_workers_starting_together_rebuild_once(make_app, temporal, tmp_path, caplog):
+    # Two worker processes of the compose deployment may start at the same time.
+    caplog.set_level(logging.INFO, logger="engram.store.lexical_index")
     dsn, _ = await _fill_with_english(make_app, tmp_path / "state")
     blocker = await asyncpg.connect(dsn)
     try:
@@ -179,37 +190,60 @@ async def test_processes_starting_together_rebuild_once(make_app, temporal, embe
         held = blocker.transaction()
         await held.start()
         await blocker.execute("SELECT 1 FROM bm25_state FOR UPDATE")
-        opening = asyncio.gather(*(
-            Runtime.open(app_settings(tmp_path / name, dsn, bm25_stemmer="none", temporal_address=temporal.address),
-                         embedder=embedder, reranker=reranker, run_worker=False, run_dispatcher=False)
-            for name in ("api", "worker")
+        preparing = asyncio.gather(*(
+            prepare_store(app_settings(tmp_path / name, dsn, bm25_stemmer="none", temporal_address=temporal.address))
+            for name in ("worker-1", "worker-2")
         ), return_exceptions=True)
         deadline = asyncio.get_running_loop().time() + 20
         waiting = ("SELECT count(*) FROM pg_stat_activity"
                    " WHERE datname = current_database() AND wait_event_type = 'Lock'")
         while (queued := await _fresh(blocker, waiting)) < 2:
-            if opening.done() or asyncio.get_running_loop().time() > deadline:
+            if preparing.done() or asyncio.get_running_loop().time() > deadline:
                 break
             await asyncio.sleep(0.05)
         await held.rollback()
-        runtimes = await opening
+        outcomes = await preparing
     finally:
         await blocker.close()
-    async with contextlib.AsyncExitStack() as stack:
-        for runtime in runtimes:
-            if isinstance(runtime, Runtime):
-                stack.push_async_callback(runtime.close)
-        assert all(isinstance(runtime, Runtime) for runtime in runtimes), runtimes
-        assert queued == 2, "the starters did not wait for the state row"
-        assert len(_messages(caplog, REBUILT)) == 1
-        assert (await bm25.state(runtimes[0].pool)).analyzer == bm25_analyzer("none")
-        await assert_postings_are(runtimes[0].pool, "none")
-        await assert_stats_equal_recount(runtimes[0].pool)
+    assert outcomes == [None, None], outcomes
+    assert queued == 2, "the starters did not wait for the state row"
+    assert len(_messages(caplog, REBUILT)) == 1
+    pool = await pool_module.create_pool(dsn, min_size=1, max_size=2)
+    try:
+        assert (await bm25.state(pool)).analyzer == bm25_analyzer("none")
+        await assert_postings_are(pool, "none")
+        await assert_stats_equal_recount(pool)
+    finally:
+        await pool.close()
+
+
+async def test_an_api_process_waits_for_a_worker_to_rebuild_and_never_rebuilds_itself(make_app, temporal, tmp_path,
+                                                                                    caplog):
+    caplog.set_level(logging.INFO, logger="engram.store.lexical_index")
+    dsn, _ = await _fill_with_english(make_app, tmp_path / "state")
+    settings = app_settings(tmp_path / "api", dsn, bm25_stemmer="none", temporal_address=temporal.address)
+    api_start = asyncio.create_task(wait_until_prepared(settings, timeout_s=60, poll_s=0.1))
+    await asyncio.sleep(1.0)
+    assert not api_start.done(), "the API process went on with postings of another analyzer"
+    async with _connected(dsn) as conn:
+        assert (await bm25.state(conn)).analyzer == bm25_analyzer("english"), "the API process rebuilt"
+    assert _messages(caplog, REBUILT) == []
+    await prepare_store(settings)  # the worker
+    await asyncio.wait_for(api_start, 10)
+    assert len(_messages(caplog, REBUILT)) == 1
+
+
+async def test_an_api_process_gives_up_with_a_clear_error_when_no_worker_prepares(make_app, temporal, tmp_path):
+    dsn, _ = await _fill_with_english(make_app, tmp_path / "state")
+    settings = app_settings(tmp_path / "api", dsn, bm25_stemmer="none", temporal_address=temporal.address)
+    with pytest.raises(ConfigError) as caught:
+        await wait_until_prepared(settings, timeout_s=0.5, poll_s=0.1)
+    assert "BM25 postings built by v" in caught.value.detail and "worker" in caught.value.detail
 
 
 async def test_database_from_before_the_analyzer_was_recorded_counts_as_the_first_english(make_app, tmp_path, caplog):
     """Before 0005 every posting came from tokeniser version 1 and the english stemmer."""
-    caplog.set_level(logging.INFO, logger="engram.lexical_index")
+    caplog.set_level(logging.INFO, logger="engram.store.lexical_index")
     dsn, ids = await _fill_with_english(make_app, tmp_path / "state")
     # Back to how a database migrated before 0005_bm25_analyzer.sql looks.
     conn = await asyncpg.connect(dsn)
@@ -227,7 +261,7 @@ async def test_database_from_before_the_analyzer_was_recorded_counts_as_the_firs
 
 
 async def test_fresh_database_records_the_configured_analyzer_without_rebuilding(make_app, caplog):
-    caplog.set_level(logging.INFO, logger="engram.lexical_index")
+    caplog.set_level(logging.INFO, logger="engram.store.lexical_index")
     async with make_app(bm25_stemmer="none") as app:
         assert await bm25.state(app.pool) == bm25.Bm25State(bm25_analyzer("none"), None)
         assert _messages(caplog, REBUILT) == []

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from api.cli import build_parser
-from engram.providers import build_provider_chain
+from engram.inference.providers import build_provider_chain
 from engram.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -182,7 +182,7 @@ def test_engram_services_run_their_cli_subcommand(services, name):
     assert services[name].get("build") == ".", f"{name} is not built from the repository's Dockerfile"
     assert dockerfile_entrypoint() == ["engram"], f"the Dockerfile's ENTRYPOINT is {dockerfile_entrypoint()}, not engram"
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts.get("engram") == "api.cli:main", f"the engram console script runs {scripts.get('engram')!r}"
+    assert scripts.get("engram") == "worker.cli:main", f"the engram console script runs {scripts.get('engram')!r}"
     argv = command(services[name])
     assert argv == [name], f"{name} runs `engram {' '.join(argv)}`, not `engram {name}`"
     assert build_parser().parse_args(argv).command == name, f"`engram {name}` is not a subcommand of api.cli"

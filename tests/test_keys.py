@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from engram import auth
+from engram.domain import auth
 from tests.conftest import serving
 from tests.process import ENGRAM
 

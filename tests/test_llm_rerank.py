@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from engram.errors import ConfigError
-from engram.providers import (
+from engram.domain.errors import ConfigError
+from engram.inference.providers import (
     RERANK_SCHEMA,
     LLMProvider,
     OllamaProvider,

@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import pytest_asyncio
 
-from engram.errors import ConfigError
-from engram.providers import (
+from engram.domain.errors import ConfigError
+from engram.inference.providers import (
     OUTPUT_SCHEMA,
     PROMPT_VERSION,
     LLMProvider,

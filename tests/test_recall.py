@@ -194,3 +194,24 @@ async def test_bm25_statistics_are_kept_incrementally_by_the_write_path(app):
     k1, b = app.settings.bm25_k1, app.settings.bm25_b
     expected = math.log(1 + (12 - 2 + 0.5) / 2.5) * (k1 + 1) / (1 + k1 * (1 - b + b * doclen / avgdl))
     assert hit["components"]["bm25"] == pytest.approx(expected, rel=1e-6)
+
+
+async def test_a_lone_match_scores_as_the_best_candidate_not_as_worthless(app):
+    scope = {"user_id": "lone"}
+    await app.remember("Maya keeps bees on the roof of her flat", scope=scope, mode="sync")
+    hits = await app.search("bees on the roof", scope=scope)
+    assert len(hits) == 1
+    components = hits[0]["components"]
+    assert components["vector_norm"] == 1.0 and components["bm25_norm"] == 1.0, components
+    assert hits[0]["score"] >= components["fused"] == 1.0
+
+
+def test_tied_scores_normalise_to_the_top_and_missing_ones_to_zero():
+    from uuid import uuid4
+
+    from engram.recall.fusion import minmax
+
+    a, b, c, d = uuid4(), uuid4(), uuid4(), uuid4()
+    assert minmax({a: 2.5, b: 2.5, c: None}) == {a: 1.0, b: 1.0, c: 0.0}
+    assert minmax({a: 0.0, b: 0.0}) == {a: 0.0, b: 0.0}, "no evidence stays no evidence"
+    assert minmax({a: 1.0, b: 3.0, c: 2.0, d: None}) == {a: 0.0, b: 1.0, c: 0.5, d: 0.0}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from engram.repositories import embeddings
+from engram.store import embeddings
 from tests.conftest import DEFAULT_MODEL
 from tests.test_workflow import record_history
 

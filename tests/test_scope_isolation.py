@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import App, app_settings, new_database, running_app
 
-# -- the rule, written here independently of engram.auth ------------------------------------------
+# -- the rule, written here independently of engram.domain.auth ------------------------------------------
 
 PARTS = (("user_id", "user"), ("agent_id", "agent"), ("run_id", "run"))
 

@@ -2,8 +2,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from engram.errors import ValidationFailed
-from engram.timephrase import parse_time_phrase
+from engram.domain.errors import ValidationFailed
+from engram.domain.timephrase import parse_time_phrase
 
 NOW = datetime(2025, 5, 31, 15, 30, tzinfo=timezone.utc)  # a Saturday
 

@@ -9,12 +9,14 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pytest
 
-from engram.auth import EVERYTHING, Principal
-from engram.models import Scope
-from engram.vector_index import EdgeIndex, IndexFilter, IndexPoint, QdrantServerIndex
+from engram.domain.auth import EVERYTHING, Principal
+from engram.domain.models import Scope
+from engram.domain.filters import Filters
+from engram.inference.vector_index import EdgeIndex, IndexPoint, QdrantServerIndex
 
 DIM = 8
 NOW = datetime(2025, 6, 1, tzinfo=timezone.utc)
+ALL = Filters(EVERYTHING)  # every live point of the scope
 
 
 @pytest.fixture(params=["edge", "client"])
@@ -45,7 +47,7 @@ def _point(seed: int, user: str = "u", **fields) -> IndexPoint:
 async def test_nearest_first_with_cosine_scores(index):
     points = [_point(i) for i in range(5)]
     await index.upsert(points)
-    hits = await index.search(points[3].vector, IndexFilter(visible=EVERYTHING, scope=Scope(user_id="u")), 5)
+    hits = await index.search(points[3].vector, Scope(user_id="u"), ALL, 5)
     assert hits[0].id == points[3].id and hits[0].score == pytest.approx(1.0, abs=1e-4)
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     assert await index.count() == 5
@@ -55,9 +57,9 @@ async def test_scope_is_always_enforced(index):
     mine, theirs = _point(1, "alice"), _point(1, "bob")
     narrow = _point(2, "alice", agent_id="a1")
     await index.upsert([mine, theirs, narrow])
-    hits = await index.search(mine.vector, IndexFilter(visible=EVERYTHING, scope=Scope(user_id="alice")), 10)
+    hits = await index.search(mine.vector, Scope(user_id="alice"), ALL, 10)
     assert {h.id for h in hits} == {mine.id, narrow.id}
-    hits = await index.search(mine.vector, IndexFilter(visible=EVERYTHING, scope=Scope(user_id="alice", agent_id="a1")), 10)
+    hits = await index.search(mine.vector, Scope(user_id="alice", agent_id="a1"), ALL, 10)
     assert [h.id for h in hits] == [narrow.id]
 
 
@@ -70,7 +72,7 @@ async def test_points_whose_whole_scope_is_not_granted_are_never_returned(index)
 
     async def seen_by(*grants: str) -> set:
         visible = Principal(id="key:t", name="t", role="reader", grants=grants).visibility
-        hits = await index.search(agent_only.vector, IndexFilter(scope=Scope(agent_id="x"), visible=visible), 10)
+        hits = await index.search(agent_only.vector, Scope(agent_id="x"), Filters(visible), 10)
         return {h.id for h in hits}
 
     assert await seen_by("agent:x") == {agent_only.id}
@@ -84,11 +86,11 @@ async def test_deleted_points_are_hidden_unless_asked_for(index):
     point = _point(1)
     await index.upsert([point])
     await index.set_deleted([point.id], True)
-    assert await index.search(point.vector, IndexFilter(visible=EVERYTHING, scope=Scope(user_id="u")), 10) == []
-    hits = await index.search(point.vector, IndexFilter(visible=EVERYTHING, scope=Scope(user_id="u"), include_deleted=True), 10)
+    assert await index.search(point.vector, Scope(user_id="u"), ALL, 10) == []
+    hits = await index.search(point.vector, Scope(user_id="u"), Filters(EVERYTHING, include_deleted=True), 10)
     assert [h.id for h in hits] == [point.id]
     await index.set_deleted([point.id], False)
-    assert len(await index.search(point.vector, IndexFilter(visible=EVERYTHING, scope=Scope(user_id="u")), 10)) == 1
+    assert len(await index.search(point.vector, Scope(user_id="u"), ALL, 10)) == 1
 
 
 async def test_payload_filters_and_time_range(index):
@@ -98,7 +100,7 @@ async def test_payload_filters_and_time_range(index):
     scope = Scope(user_id="u")
 
     async def ids(**kw):
-        return {h.id for h in await index.search(a.vector, IndexFilter(visible=EVERYTHING, scope=scope, **kw), 10)}
+        return {h.id for h in await index.search(a.vector, scope, Filters(EVERYTHING, **kw), 10)}
 
     assert await ids(type="preference") == {a.id}
     assert await ids(tags=["oslo"]) == {b.id}
@@ -115,7 +117,7 @@ async def test_upsert_replaces_and_delete_removes(index):
     moved = IndexPoint(**{**point.__dict__, "vector": _vec(9)})
     await index.upsert([moved])
     assert await index.count() == 1
-    hits = await index.search(_vec(9), IndexFilter(visible=EVERYTHING, scope=Scope(user_id="u")), 1)
+    hits = await index.search(_vec(9), Scope(user_id="u"), ALL, 1)
     assert hits[0].id == point.id and hits[0].score == pytest.approx(1.0, abs=1e-4)
     await index.delete([point.id, uuid.uuid4()])
     assert await index.count() == 0
@@ -129,6 +131,6 @@ async def test_edge_shard_persists_across_reopen(tmp_path):
     await first.close()
     again = EdgeIndex(tmp_path / "shard")
     await again.ensure(model="m", dim=DIM)
-    hits = await again.search(point.vector, IndexFilter(visible=EVERYTHING, scope=Scope(user_id="u")), 1)
+    hits = await again.search(point.vector, Scope(user_id="u"), ALL, 1)
     assert [h.id for h in hits] == [point.id]
     await again.close()

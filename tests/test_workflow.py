@@ -16,15 +16,16 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
 from activities.remember import RememberActivities
-from engram import db
-from engram.models import RememberRequest, Scope
-from engram.repositories import jobs
-from engram.embedding_spaces import EmbeddingSpaces, Space
-from engram.repositories import embeddings
-from engram.vector_index import EdgeIndex
+from engram.store import migrate as db
+from engram.store import pool as pool_module
+from engram.domain.models import MemoryDraft, Scope
+from engram.store import jobs
+from engram.inference.embedding_spaces import EmbeddingSpaces, Space
+from engram.store import embeddings
+from engram.inference.vector_index import EdgeIndex
 from tests.conftest import closed_port_url, new_database
 from tests.fakes.llm_server import FakeReply
-from engram.providers import OllamaProvider
+from engram.inference.providers import OllamaProvider
 from workflows.models import RememberInput
 from workflows.reembed import ReembedWorkflow
 from workflows.remember import RememberWorkflow
@@ -35,13 +36,13 @@ TEST_SERVER = Path(sys.executable).parent / "temporal-test-server"
 
 async def _saved_memory(pool) -> uuid.UUID:
     """A memory and its job as remember's transaction writes them, through the service's own SQL."""
-    from engram.repositories import memories as repo
+    from engram.store import memories as repo
 
-    req = RememberRequest(content="Quinn restores old motorbikes", scope=Scope(user_id="q"))
+    draft = MemoryDraft(content="Quinn restores old motorbikes", scope=Scope(user_id="q"))
     memory_id, job_id = uuid.uuid4(), uuid.uuid4()
     async with pool.acquire() as conn:
         async with conn.transaction():
-            await repo.insert_raw(conn, req, memory_id=memory_id, actor="test", stemmer="english",
+            await repo.insert_raw(conn, draft, memory_id=memory_id, actor="test", stemmer="english",
                                   extraction_status="pending")
             await jobs.insert(conn, job_id=job_id, memory_id=memory_id, job_type="extract", max_attempts=8,
                               payload={"extract": True})
@@ -54,7 +55,7 @@ async def _pipeline_on_time_skipping_server(postgres, embedder, tmp_path, provid
     a real Qdrant edge shard, the Ollama client against `provider_url`) on the time-skipping
     server. Yields (pool, job_id, handle) once the workflow has started."""
     dsn = await new_database(postgres)
-    pool = await db.create_pool(dsn, min_size=1, max_size=4)
+    pool = await pool_module.create_pool(dsn, min_size=1, max_size=4)
     index = EdgeIndex(tmp_path / "shard")
     await index.ensure(model=embedder.name, dim=embedder.dim)
     async with pool.acquire() as conn:

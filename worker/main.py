@@ -1,7 +1,8 @@
 """`engram worker` and `engram api`: the scaled deployment's processes (docker-compose.yml).
 
 Both need a real Postgres, Temporal and Qdrant server (ENGRAM_POSTGRES_DSN,
-ENGRAM_TEMPORAL_ADDRESS, ENGRAM_QDRANT_URL).
+ENGRAM_TEMPORAL_ADDRESS, ENGRAM_QDRANT_URL). The worker prepares the store (worker.startup);
+an API process waits until it has.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import uvicorn
 
 from api.http import create_app
 from engram import logs
-from engram.errors import ConfigError
+from engram.domain.errors import ConfigError
 from engram.settings import Settings
 from worker.runtime import Runtime
+from worker.startup import prepare_store, wait_until_prepared
 
 
 def _require_servers(settings: Settings) -> None:
@@ -28,7 +30,8 @@ def _require_servers(settings: Settings) -> None:
 
 
 async def run_worker(settings: Settings) -> None:
-    """The Temporal worker and the outbox dispatcher, until SIGINT/SIGTERM."""
+    """Prepare the store, then run the Temporal worker and the outbox dispatcher until SIGINT/SIGTERM."""
+    await prepare_store(settings)
     runtime = await Runtime.open(settings, run_worker=True, run_dispatcher=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -54,6 +57,7 @@ def api_main() -> None:
 
     @contextlib.asynccontextmanager
     async def runtime_factory():
+        await wait_until_prepared(settings)  # by a worker: API replicas never migrate or rebuild
         runtime = await Runtime.open(settings, run_worker=False, run_dispatcher=False)
         try:
             if settings.dev_api_key:  # the deployment's first admin key

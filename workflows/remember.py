@@ -14,11 +14,11 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.remember import RememberActivities
-    from workflows.models import (
-        CompleteInput, GiveUpInput, LeaseInput, MemoryRef, NoteInput, OutcomeInput, RememberInput, RememberResult,
-        RetryInput,
+    from activities.models import (
+        CompleteInput, GiveUpInput, LeaseInput, MemoryRef, NoteInput, OutcomeInput, RetryInput,
     )
+    from activities.remember import RememberActivities
+    from workflows.models import RememberInput, RememberResult
 
 # Database and index steps, local or not: retried by Temporal until they succeed (a Postgres
 # restart is ridden through); each is idempotent.
@@ -63,7 +63,7 @@ class RememberWorkflow:
         if lease.finished:
             self._first_pass = lease.outcome or "processed"
             return self._result(inp, "already_finished")
-        memory = MemoryRef(memory_id=lease.memory_id)
+        memory = MemoryRef(memory_id=lease.memory_id, extract=inp.extract)
         self._attempt = lease.attempt
         attempt = None
         if self._fast:

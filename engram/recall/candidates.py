@@ -11,11 +11,12 @@ from uuid import UUID
 import asyncpg
 import numpy as np
 
-from engram.models import Scope
-from engram.repositories import memories as repo
+from engram.domain.filters import Filters
+from engram.domain.models import Scope
+from engram.store import memories as repo
 from engram.settings import Settings
-from engram.text import bm25_terms
-from engram.vector_index import IndexFilter, VectorIndex
+from engram.domain.text import bm25_terms
+from engram.inference.vector_index import VectorIndex
 
 
 @dataclass(frozen=True)
@@ -28,22 +29,14 @@ class Candidate:
     neighbours: tuple[UUID, ...] = ()  # session neighbours, when context expansion asked for them
 
 
-def index_filter(scope: Scope, filters: repo.Filters) -> IndexFilter:
-    return IndexFilter(
-        scope=scope, visible=filters.visible, include_deleted=filters.include_deleted, type=filters.type, tags=filters.tags,
-        who=filters.who, source_type=filters.source_type, created_from=filters.created_from,
-        created_to=filters.created_to,
-    )
-
-
-async def dense(index: VectorIndex, query_vector: np.ndarray, scope: Scope, filters: repo.Filters,
+async def dense(index: VectorIndex, query_vector: np.ndarray, scope: Scope, filters: Filters,
                 depth: int) -> dict[UUID, float]:
     """The `depth` nearest memories in the serving index, inside `scope` and `filters`."""
-    hits = await index.search(query_vector.tolist(), index_filter(scope, filters), depth)
+    hits = await index.search(query_vector.tolist(), scope, filters, depth)
     return {hit.id: hit.score for hit in hits}
 
 
-async def lexical(conn: asyncpg.Connection, settings: Settings, query: str, scope: Scope, filters: repo.Filters,
+async def lexical(conn: asyncpg.Connection, settings: Settings, query: str, scope: Scope, filters: Filters,
                   depth: int, only: list[UUID] | None = None) -> dict[UUID, float]:
     """Okapi BM25 over the scope: the top `depth`; or, given `only`, the scores of those of them
     that hold a query term (the others are absent: their score is 0). The scope's statistics
@@ -53,7 +46,7 @@ async def lexical(conn: asyncpg.Connection, settings: Settings, query: str, scop
                                   limit=None if only is not None else depth, only_ids=only)
 
 
-async def rows(conn: asyncpg.Connection, ids: list[UUID], scope: Scope, filters: repo.Filters,
+async def rows(conn: asyncpg.Connection, ids: list[UUID], scope: Scope, filters: Filters,
                query_vector: np.ndarray, model: str, bm25: dict[UUID, float], *, neighbours: bool) -> list[Candidate]:
     """The candidates that pass scope and filters now, with both raw scores (and their session
     neighbours if asked)."""

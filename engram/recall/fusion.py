@@ -8,13 +8,20 @@ from engram.recall.candidates import Candidate
 
 
 def minmax(values: dict[UUID, float | None]) -> dict[UUID, float]:
-    """Scale to [0, 1] over the present values; missing values and a constant list become 0."""
+    """Scale to [0, 1] over the present values; a missing value is 0.
+
+    With no range to scale by (one value, or all tied) each value is what the top of a range
+    would be: 1 if it carries evidence (> 0), else 0. A lone strong match is not worthless, and
+    tied candidates stay tied.
+    """
     present = [v for v in values.values() if v is not None]
     if not present:
         return {k: 0.0 for k in values}
     low, high = min(present), max(present)
     span = high - low
-    return {k: (v - low) / span if v is not None and span > 0 else 0.0 for k, v in values.items()}
+    if span == 0:
+        return {k: 1.0 if v is not None and v > 0 else 0.0 for k, v in values.items()}
+    return {k: (v - low) / span if v is not None else 0.0 for k, v in values.items()}
 
 
 def fuse(candidates: list[Candidate], vector_weight: float, bm25_weight: float

@@ -23,11 +23,12 @@ from uuid import UUID
 import asyncpg
 import numpy as np
 
-from engram.embedding_spaces import EmbeddingSpaces, Space
-from engram.models import Scope, ScoreComponents, SearchHit
+from engram.inference.embedding_spaces import EmbeddingSpaces, Space
+from engram.domain.filters import Filters
+from engram.domain.models import Scope, ScoreComponents, SearchHit
 from engram.recall import candidates, expansion, fusion
 from engram.recall.rerank import Reranker, RerankFailed, with_context
-from engram.repositories import memories as repo
+from engram.store import memories as repo
 from engram.settings import Settings
 
 
@@ -75,7 +76,7 @@ class Recall:
     def can_rerank(self) -> bool:
         return self._reranker is not None
 
-    async def search(self, query: str, scope: Scope, filters: repo.Filters, opts: RecallOptions
+    async def search(self, query: str, scope: Scope, filters: Filters, opts: RecallOptions
                      ) -> tuple[list[SearchHit], list[str], Explain]:
         """The best `opts.limit` memories in `scope` passing `filters`, best first; warnings; explain.
 
@@ -101,7 +102,7 @@ class Recall:
                 warnings.append(warning)
         return hits[:opts.limit], warnings, explain
 
-    async def _candidates(self, query: str, scope: Scope, filters: repo.Filters, depth: int,
+    async def _candidates(self, query: str, scope: Scope, filters: Filters, depth: int,
                           explain: Explain) -> list[candidates.Candidate]:
         """Stage 1: the BM25 leg in Postgres while the vector leg embeds and searches the index,
         then the union's rows re-checked against scope and filters. No pooled connection is held
@@ -136,7 +137,7 @@ class Recall:
         explain.stage("fetch", t, candidates=len(found))
         return found
 
-    async def _results(self, conn: asyncpg.Connection, ranked: list[Ranked], scope: Scope, filters: repo.Filters,
+    async def _results(self, conn: asyncpg.Connection, ranked: list[Ranked], scope: Scope, filters: Filters,
                        opts: RecallOptions, explain: Explain) -> tuple[list[SearchHit], dict[UUID, str]]:
         """The full rows of the results (and of the rerank's top N), re-checked against scope and
         filters; and, for the rerank, what each of its top N follows in its session."""
@@ -153,7 +154,7 @@ class Recall:
         explain.stage("rows", t, read=len(rows))
         return hits, context
 
-    async def _vector_leg(self, space: Space, query: str, scope: Scope, filters: repo.Filters, depth: int
+    async def _vector_leg(self, space: Space, query: str, scope: Scope, filters: Filters, depth: int
                           ) -> tuple[np.ndarray, dict[UUID, float], tuple[float, float]]:
         """(query vector, dense hits, (embedding ms, index ms))."""
         t = time.perf_counter()

@@ -24,9 +24,9 @@ from typing import Protocol
 
 import numpy as np
 
-from engram.embedder import verify_sha256
-from engram.errors import ConfigError
-from engram.providers import LLMProvider, ProviderError
+from engram.inference.embedder import verify_sha256
+from engram.domain.errors import ConfigError
+from engram.inference.providers import LLMProvider, ProviderError
 
 log = logging.getLogger(__name__)
 

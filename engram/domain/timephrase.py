@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta, timezone
 
-from engram.errors import ValidationFailed
+from engram.domain.errors import ValidationFailed
 
 EARLIEST = datetime(1, 1, 1, tzinfo=timezone.utc)
 _MAX_COUNT_DIGITS = 9  # "last 999999999 days" already reaches back past year 1

@@ -38,14 +38,32 @@ shouldn't wasn wasn't weren weren't won won't wouldn wouldn't
 """.split())
 
 
-# Characters that render as nothing: a text made of these and white space says nothing.
-_BLANK_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
-_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")  # Hangul fillers, the blank Braille cell
+# Characters that render as nothing: categories Cc, Cf, Zs, Zl and Zp, and the blank letters
+# U+115F, U+1160, U+3164, U+FFA0 and U+2800 (Hangul fillers, the blank Braille cell). Written out
+# so that the OpenAPI schema states the same rule as a pattern; tests/test_bad_input.py checks
+# them against unicodedata.
+BLANK_RANGES = (
+    (0x0000, 0x0020), (0x007F, 0x00A0), (0x00AD, 0x00AD), (0x0600, 0x0605), (0x061C, 0x061C),
+    (0x06DD, 0x06DD), (0x070F, 0x070F), (0x0890, 0x0891), (0x08E2, 0x08E2), (0x115F, 0x1160),
+    (0x1680, 0x1680), (0x180E, 0x180E), (0x2000, 0x200F), (0x2028, 0x202F), (0x205F, 0x2064),
+    (0x2066, 0x206F), (0x2800, 0x2800), (0x3000, 0x3000), (0x3164, 0x3164), (0xFEFF, 0xFEFF),
+    (0xFFA0, 0xFFA0), (0xFFF9, 0xFFFB), (0x110BD, 0x110BD), (0x110CD, 0x110CD), (0x13430, 0x13438),
+    (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A), (0xE0001, 0xE0001), (0xE0020, 0xE007F),
+)
+
+
+def _escape(cp: int) -> str:
+    return f"\\u{cp:04X}" if cp <= 0xFFFF else f"\\U{cp:08X}"
+
+
+# A regex (Python and JSON Schema alike) matching one character that shows.
+VISIBLE_CHAR = "[^" + "".join(_escape(a) if a == b else f"{_escape(a)}-{_escape(b)}" for a, b in BLANK_RANGES) + "]"
+_VISIBLE = re.compile(VISIBLE_CHAR)
 
 
 def is_blank(text: str) -> bool:
     """True when `text` shows nothing: white space, zero-width and other format characters only."""
-    return all(unicodedata.category(ch) in _BLANK_CATEGORIES or ch in _BLANK_LETTERS for ch in text)
+    return _VISIBLE.search(text) is None
 
 
 def unstorable(text: str) -> str | None:

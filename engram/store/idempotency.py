@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from uuid import UUID
 
 import asyncpg
@@ -38,5 +37,5 @@ async def find(conn: asyncpg.Connection | asyncpg.Pool, principal: str, key: str
 async def store_response(pool: asyncpg.Pool, principal: str, key: str, response: dict) -> None:
     await pool.execute(
         "UPDATE idempotency_keys SET response = $3 WHERE principal = $1 AND key = $2 AND response IS NULL",
-        principal, key, json.dumps(response),
+        principal, key, response,
     )

@@ -1,8 +1,7 @@
-"""SQL for memories, their BM25 postings and history. Only this module and its siblings speak SQL."""
+"""SQL for memories, their BM25 postings and statistics, and their history."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
@@ -10,10 +9,10 @@ from uuid import UUID
 import asyncpg
 import numpy as np
 
-from engram.auth import Visibility
-from engram.models import Memory, RememberRequest, Scope
-from engram.repositories.sql import Where
-from engram.text import content_hash, normalize, term_frequencies
+from engram.domain.filters import Filters
+from engram.domain.models import Memory, MemoryDraft, Scope
+from engram.store.sql import Where
+from engram.domain.text import content_hash, normalize, term_frequencies
 
 MEMORY_COLUMNS = """
     m.id, m.content, m.user_id, m.agent_id, m.run_id, m.type, m.category, m.tags, m.who,
@@ -25,72 +24,18 @@ MEMORY_COLUMNS = """
 
 
 def row_to_memory(row: asyncpg.Record) -> Memory:
-    data = dict(row)
-    data["metadata"] = json.loads(data["metadata"]) if isinstance(data["metadata"], str) else data["metadata"]
-    if isinstance(data.get("extracted"), str):
-        data["extracted"] = json.loads(data["extracted"])
-    return Memory.model_validate(data)
+    return Memory.model_validate(dict(row))
 
 
-@dataclass(frozen=True)
-class NewMemory:
-    id: UUID
-    scope: Scope
-    content: str
-    normalized: str
-    content_hash: str
-    type: str
-    tags: list[str]
-    who: str | None
-    source_type: str | None
-    source_id: str | None
-    session_id: str | None
-    metadata: dict
-    pinned: bool
-    importance: float
-    extraction_status: str
-    token_count: int
-    actor: str
-
-
-@dataclass(frozen=True)
-class Filters:
-    """Search and list filters, already validated and with time phrases resolved. `visible` is
-    the caller's: no read returns a memory whose scope it may not touch."""
-
-    visible: Visibility
-    type: str | None = None
-    tags: list[str] | None = None
-    who: str | None = None
-    source_type: str | None = None
-    created_from: datetime | None = None
-    created_to: datetime | None = None
-    include_deleted: bool = False
-
-    def apply(self, where: Where, alias: str = "m") -> None:
-        where.visible(self.visible, alias)
-        if not self.include_deleted:
-            where.add_raw(f"NOT {alias}.is_deleted")
-        if self.type is not None:
-            where.add(f"{alias}.type = {{}}", self.type)
-        if self.tags:
-            where.add(f"{alias}.tags && {{}}::text[]", list(self.tags))
-        if self.who is not None:
-            where.add(f"{alias}.who = {{}}", self.who)
-        if self.source_type is not None:
-            where.add(f"{alias}.source_type = {{}}", self.source_type)
-        if self.created_from is not None:
-            where.add(f"{alias}.created_at >= {{}}", self.created_from)
-        if self.created_to is not None:
-            where.add(f"{alias}.created_at < {{}}", self.created_to)
-
-
-async def insert_if_new(conn: asyncpg.Connection, mem: NewMemory) -> bool:
-    """Insert `mem` unless a live memory with the same content hash exists in its scope.
-
-    Returns True when inserted. The unique partial index decides, so concurrent identical
-    inserts leave exactly one row.
-    """
+async def insert_raw(conn: asyncpg.Connection, draft: MemoryDraft, *, memory_id: UUID, actor: str,
+                     stemmer: str, extraction_status: str, request_id: str | None = None) -> bool:
+    """Write a memory as it arrives, in the caller's transaction: the row, its BM25 postings and
+    scope statistics (terms by `stemmer`), and its ADD history event. Returns False, writing
+    nothing, when a live memory of exactly its scope holds the same content: the unique partial
+    index decides, so concurrent identical writes leave one row."""
+    normalized = normalize(draft.content)
+    tf, length = term_frequencies(draft.content, stemmer)
+    scope = draft.scope
     inserted = await conn.fetchval(
         """
         INSERT INTO memories (id, user_id, agent_id, run_id, content, normalized_content,
@@ -100,35 +45,17 @@ async def insert_if_new(conn: asyncpg.Connection, mem: NewMemory) -> bool:
         ON CONFLICT (scope_key, content_hash) WHERE NOT is_deleted DO NOTHING
         RETURNING true
         """,
-        mem.id, mem.scope.user_id, mem.scope.agent_id, mem.scope.run_id, mem.content,
-        mem.normalized, mem.content_hash, mem.type, mem.tags, mem.who, mem.source_type, mem.source_id,
-        mem.session_id, json.dumps(mem.metadata), mem.pinned, mem.importance, mem.extraction_status,
-        mem.token_count, mem.actor,
+        memory_id, scope.user_id, scope.agent_id, scope.run_id, draft.content, normalized, content_hash(normalized),
+        draft.type, draft.tags, draft.who, draft.source_type, draft.source_id, draft.session_id, draft.metadata,
+        draft.pinned, draft.importance, extraction_status, length, actor,
     )
-    return bool(inserted)
-
-
-async def insert_raw(conn: asyncpg.Connection, req: RememberRequest, *, memory_id: UUID, actor: str,
-                     stemmer: str, extraction_status: str, request_id: str | None = None) -> bool:
-    """Write a remembered memory as it arrives, in the caller's transaction: the row, its BM25
-    postings and scope statistics (terms by `stemmer`), and its ADD history event. Returns False,
-    writing nothing, when a live memory of the scope already holds the same content."""
-    normalized = normalize(req.content)
-    tf, length = term_frequencies(req.content, stemmer)
-    new = NewMemory(
-        id=memory_id, scope=req.scope, content=req.content, normalized=normalized,
-        content_hash=content_hash(normalized), type=req.type, tags=req.tags, who=req.who,
-        source_type=req.source_type, source_id=req.source_id, session_id=req.session_id,
-        metadata=req.metadata, pinned=req.pinned, importance=req.importance,
-        extraction_status=extraction_status, token_count=length, actor=actor,
-    )
-    if not await insert_if_new(conn, new):
+    if not inserted:
         return False
-    await insert_postings(conn, memory_id, req.scope, tf)
-    await add_to_bm25_stats(conn, req.scope, tf, length)
+    await insert_postings(conn, memory_id, scope, tf)
+    await add_to_bm25_stats(conn, scope, tf, length)
     await insert_history(conn, memory_id=memory_id, event="ADD", version=1, actor_type="api", actor_id=actor,
-                         new_content=req.content, new_metadata=req.metadata, request_id=request_id,
-                         session_id=req.session_id)
+                         new_content=draft.content, new_metadata=draft.metadata, request_id=request_id,
+                         session_id=draft.session_id)
     return True
 
 
@@ -164,7 +91,7 @@ async def insert_history(
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
         """,
         memory_id, event, version, old_content, new_content,
-        json.dumps(new_metadata) if new_metadata is not None else None,
+        new_metadata,
         actor_type, actor_id, provider, model, prompt_version, reason, request_id, session_id,
     )
 
@@ -180,7 +107,7 @@ async def list_page(
     """Memories in `scope`, newest first, keyset-paginated on (created_at, id)."""
     where = Where()
     where.scope(scope, "m")
-    filters.apply(where)
+    where.filters(filters)
     if after is not None:
         where.add("(m.created_at, m.id) < ({}, {})", *after)
     where.params.append(limit)
@@ -242,7 +169,7 @@ async def bm25_scores(
     where_s.scope(scope, "s")
     where_s.visible(filters.visible, "s")  # no statistics from memories the caller may not see
     where_f = Where(where_s.params)
-    filters.apply(where_f)
+    where_f.filters(filters)
     top = ""
     if only_ids is None:
         where_f.params.append(limit)
@@ -304,7 +231,7 @@ def _in_scope(ids: list[UUID], scope: Scope, filters: Filters, *params) -> Where
     where = Where([ids, *params])
     where.add_raw("m.id = ANY($1::uuid[])")
     where.scope(scope, "m")
-    filters.apply(where)
+    where.filters(filters)
     return where
 
 
@@ -372,7 +299,7 @@ async def record_extraction(
             category = coalesce($5, category), updated_at = now(), updated_by = $6, version = version + 1
         WHERE id = $1 RETURNING version
         """,
-        memory_id, status, json.dumps(extracted) if extracted is not None else None, model, category, actor,
+        memory_id, status, extracted, model, category, actor,
     )
 
 

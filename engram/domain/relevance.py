@@ -1,4 +1,4 @@
-"""The LLM rerank contract, the sibling of `engram.extraction`: the prompt and the strict
+"""The LLM rerank contract, the sibling of `engram.domain.extraction`: the prompt and the strict
 parsing of the answer. The query and the passages are untrusted (the caller's query, stored
 memories), so they are fenced the way extraction fences memory text, and the answer is accepted
 only whole: one score per passage, each a number from 0 to RERANK_SCORE_MAX."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from engram.extraction import CHARS_PER_TOKEN, PROMPT_OVERHEAD_TOKENS, MalformedOutput, neutralise
+from engram.domain.extraction import CHARS_PER_TOKEN, PROMPT_OVERHEAD_TOKENS, MalformedOutput, neutralise
 
 RERANK_SCORE_MAX = 10
 

@@ -5,7 +5,7 @@ protocol; `build_provider_chain` decides from the settings which of them Engram 
 all, and `extract_with_chain` falls back from the preferred provider to the secondary.
 
 What is asked and what is accepted (the prompt, the fence around the untrusted memory text,
-the strict parsing of the answer) is the extraction contract in `engram.extraction`; every
+the strict parsing of the answer) is the extraction contract in `engram.domain.extraction`; every
 provider sends the same prompt and validates through it, so callers never see output the
 validation rules would have dropped. A provider declared rerank-capable (`ENGRAM_LLM_RERANK`)
 also scores passages against a query; that contract (prompt, fence, strict parsing) is below.
@@ -26,13 +26,13 @@ from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, ConfigDict
 
 from engram.logs import log_outbound
-from engram.errors import ConfigError
-from engram.model_servers import (
+from engram.domain.errors import ConfigError
+from engram.inference.model_servers import (
     ProviderError, check_endpoint, ollama_client, ollama_failure, openai_client, openai_failure,
 )
 # The `X as X` names are not used here; they stay importable from this module, where they
 # lived before the extraction contract moved out.
-from engram.extraction import (
+from engram.domain.extraction import (
     OUTPUT_SCHEMA,
     PROMPT_VERSION as PROMPT_VERSION,
     ExtractedEntity as ExtractedEntity,
@@ -42,7 +42,7 @@ from engram.extraction import (
     build_messages,
     parse_extraction,
 )
-from engram.relevance import RERANK_SCHEMA, parse_scores, rerank_messages
+from engram.domain.relevance import RERANK_SCHEMA, parse_scores, rerank_messages
 from engram.settings import Settings
 
 log = logging.getLogger(__name__)

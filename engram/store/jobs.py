@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
 import asyncpg
 
-from engram.models import Job
+from engram.domain.models import Job
 
 _COLUMNS = """id, memory_id, job_type, status, attempt_count, max_attempts, next_attempt_at, last_error,
     last_error_code, workflow_id, workflow_started_at, outcome, created_at, updated_at,
@@ -30,7 +29,7 @@ async def insert(conn: asyncpg.Connection, *, job_id: UUID, memory_id: UUID | No
     await conn.execute(
         "INSERT INTO memory_jobs (id, memory_id, job_type, max_attempts, workflow_id, payload)"
         " VALUES ($1, $2, $3, $4, $5, $6)",
-        job_id, memory_id, job_type, max_attempts, workflow_id_for(job_id, job_type), json.dumps(payload),
+        job_id, memory_id, job_type, max_attempts, workflow_id_for(job_id, job_type), payload,
     )
 
 
@@ -46,10 +45,7 @@ async def set_progress(pool: asyncpg.Pool, job_id: UUID, *, done: int, total: in
 
 
 def _job(row: asyncpg.Record) -> Job:
-    data = dict(row)
-    if isinstance(data.get("progress"), str):
-        data["progress"] = json.loads(data["progress"])
-    return Job.model_validate(data)
+    return Job.model_validate(dict(row))
 
 
 async def get(conn: asyncpg.Connection | asyncpg.Pool, job_id: UUID) -> Job | None:
@@ -78,8 +74,7 @@ async def unstarted(pool: asyncpg.Pool, limit: int) -> list[Unstarted]:
         " ORDER BY created_at LIMIT $1",
         limit,
     )
-    return [Unstarted(r["id"], r["job_type"], json.loads(r["payload"]) if isinstance(r["payload"], str)
-                      else r["payload"]) for r in rows]
+    return [Unstarted(r["id"], r["job_type"], r["payload"]) for r in rows]
 
 
 async def mark_started(pool: asyncpg.Pool, job_id: UUID) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engram.errors import ModelFileMismatch
+from engram.domain.errors import ModelFileMismatch
 
 
 @dataclass(frozen=True)

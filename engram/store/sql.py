@@ -3,8 +3,9 @@ ever becomes SQL."""
 
 from __future__ import annotations
 
-from engram.auth import Visibility
-from engram.models import Scope
+from engram.domain.auth import Visibility
+from engram.domain.filters import Filters
+from engram.domain.models import Scope
 
 
 class Where:
@@ -35,6 +36,24 @@ class Where:
         """Only rows whose scope the caller may touch: each restricted part null or granted."""
         for part, values in visibility.allowed:
             self.add(f"({alias}.{part} IS NULL OR {alias}.{part} = ANY({{}}::text[]))", sorted(values))
+
+    def filters(self, filters: Filters, alias: str = "m") -> None:
+        """Every one of `filters` on the memories row `alias`."""
+        self.visible(filters.visible, alias)
+        if not filters.include_deleted:
+            self.add_raw(f"NOT {alias}.is_deleted")
+        if filters.type is not None:
+            self.add(f"{alias}.type = {{}}", filters.type)
+        if filters.tags:
+            self.add(f"{alias}.tags && {{}}::text[]", list(filters.tags))
+        if filters.who is not None:
+            self.add(f"{alias}.who = {{}}", filters.who)
+        if filters.source_type is not None:
+            self.add(f"{alias}.source_type = {{}}", filters.source_type)
+        if filters.created_from is not None:
+            self.add(f"{alias}.created_at >= {{}}", filters.created_from)
+        if filters.created_to is not None:
+            self.add(f"{alias}.created_at < {{}}", filters.created_to)
 
     def sql(self) -> str:
         return " AND ".join(self.clauses) if self.clauses else "TRUE"

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Protocol
 from uuid import UUID
 
-from engram.auth import Visibility
-from engram.models import Scope
+from engram.domain.filters import Filters
+from engram.domain.models import SCOPE_PARTS, Scope
 
 _KEYWORD_FIELDS = ("user_id", "agent_id", "run_id", "type", "tags", "who", "source_type")
 
@@ -51,36 +51,21 @@ class IndexPoint:
         }
 
 
-@dataclass(frozen=True)
-class IndexFilter:
-    """What a search may return: always a scope and the caller's visibility; the rest optional."""
+def _conditions(scope: Scope, filters: Filters) -> list[tuple[str, object]]:
+    """(field, value) equality conditions: the scope's parts, liveness, and the filters' labels."""
+    conds: list[tuple[str, object]] = [(part, value) for part in SCOPE_PARTS
+                                       if (value := getattr(scope, part)) is not None]
+    if not filters.include_deleted:
+        conds.append(("deleted", 0))
+    for name in ("type", "who", "source_type"):
+        if (value := getattr(filters, name)) is not None:
+            conds.append((name, value))
+    return conds
 
-    scope: Scope
-    visible: Visibility
-    include_deleted: bool = False
-    type: str | None = None
-    tags: list[str] | None = None
-    who: str | None = None
-    source_type: str | None = None
-    created_from: datetime | None = None
-    created_to: datetime | None = None
 
-    def conditions(self) -> list[tuple[str, object]]:
-        """(field, value) equality conditions plus ("tags", list) any-match and a time range."""
-        conds: list[tuple[str, object]] = [
-            (name, value) for name in ("user_id", "agent_id", "run_id")
-            if (value := getattr(self.scope, name)) is not None
-        ]
-        if not self.include_deleted:
-            conds.append(("deleted", 0))
-        for name in ("type", "who", "source_type"):
-            if (value := getattr(self, name)) is not None:
-                conds.append((name, value))
-        return conds
-
-    def restricted_parts(self) -> list[tuple[str, list[str]]]:
-        """(part, values): the part must be null or one of the values (the caller's grants)."""
-        return [(part, sorted(values)) for part, values in self.visible.allowed]
+def _restricted_parts(filters: Filters) -> list[tuple[str, list[str]]]:
+    """(part, values): the part must be null or one of the values (the caller's grants)."""
+    return [(part, sorted(values)) for part, values in filters.visible.allowed]
 
 
 @dataclass(frozen=True)
@@ -106,8 +91,8 @@ class VectorIndex(Protocol):
     async def delete(self, ids: list[UUID]) -> None:
         """Remove points; missing ids are ignored."""
 
-    async def search(self, vector: list[float], flt: IndexFilter, limit: int) -> list[VectorHit]:
-        """Nearest points inside `flt`, best first, cosine similarity as the score."""
+    async def search(self, vector: list[float], scope: Scope, filters: Filters, limit: int) -> list[VectorHit]:
+        """Nearest points inside `scope` passing `filters`, best first, cosine similarity as the score."""
 
     async def count(self) -> int: ...
 
@@ -170,19 +155,19 @@ class EdgeIndex:
 
         await asyncio.to_thread(self._write, q.UpdateOperation.delete_points([str(i) for i in ids]))
 
-    async def search(self, vector: list[float], flt: IndexFilter, limit: int) -> list[VectorHit]:
+    async def search(self, vector: list[float], scope: Scope, filters: Filters, limit: int) -> list[VectorHit]:
         import qdrant_edge as q
 
-        must = [q.FieldCondition(k, match=q.MatchValue(v)) for k, v in flt.conditions()]
-        for part, values in flt.restricted_parts():
+        must = [q.FieldCondition(k, match=q.MatchValue(v)) for k, v in _conditions(scope, filters)]
+        for part, values in _restricted_parts(filters):
             either = [q.IsNullCondition(part)] + ([q.FieldCondition(part, match=q.MatchAny(values))] if values else [])
             must.append(q.Filter(should=either))
-        if flt.tags:
-            must.append(q.FieldCondition("tags", match=q.MatchAny(list(flt.tags))))
-        if flt.created_from or flt.created_to:
+        if filters.tags:
+            must.append(q.FieldCondition("tags", match=q.MatchAny(list(filters.tags))))
+        if filters.created_from or filters.created_to:
             must.append(q.FieldCondition("created_at", range=q.RangeFloat(
-                gte=flt.created_from.timestamp() if flt.created_from else None,
-                lte=flt.created_to.timestamp() if flt.created_to else None,
+                gte=filters.created_from.timestamp() if filters.created_from else None,
+                lte=filters.created_to.timestamp() if filters.created_to else None,
             )))
         request = q.QueryRequest(
             limit=limit, query=q.Query.Nearest(list(vector), using=self._vector_name),
@@ -247,21 +232,21 @@ class QdrantServerIndex:
 
         await self._client.delete(self._collection, m.PointIdsList(points=[str(i) for i in ids]), wait=True)
 
-    async def search(self, vector: list[float], flt: IndexFilter, limit: int) -> list[VectorHit]:
+    async def search(self, vector: list[float], scope: Scope, filters: Filters, limit: int) -> list[VectorHit]:
         from qdrant_client import models as m
 
-        must: list = [m.FieldCondition(key=k, match=m.MatchValue(value=v)) for k, v in flt.conditions()]
-        for part, values in flt.restricted_parts():
+        must: list = [m.FieldCondition(key=k, match=m.MatchValue(value=v)) for k, v in _conditions(scope, filters)]
+        for part, values in _restricted_parts(filters):
             either: list = [m.IsNullCondition(is_null=m.PayloadField(key=part))]
             if values:
                 either.append(m.FieldCondition(key=part, match=m.MatchAny(any=values)))
             must.append(m.Filter(should=either))
-        if flt.tags:
-            must.append(m.FieldCondition(key="tags", match=m.MatchAny(any=list(flt.tags))))
-        if flt.created_from or flt.created_to:
+        if filters.tags:
+            must.append(m.FieldCondition(key="tags", match=m.MatchAny(any=list(filters.tags))))
+        if filters.created_from or filters.created_to:
             must.append(m.FieldCondition(key="created_at", range=m.Range(
-                gte=flt.created_from.timestamp() if flt.created_from else None,
-                lte=flt.created_to.timestamp() if flt.created_to else None,
+                gte=filters.created_from.timestamp() if filters.created_from else None,
+                lte=filters.created_to.timestamp() if filters.created_to else None,
             )))
         result = await self._client.query_points(
             self._collection, query=list(vector), using=self._vector_name,

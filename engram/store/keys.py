@@ -6,7 +6,7 @@ from uuid import UUID
 
 import asyncpg
 
-from engram.models import ApiKey
+from engram.domain.models import ApiKey
 
 _COLUMNS = "id, name, role, scopes, created_at, revoked_at"
 

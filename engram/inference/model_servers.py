@@ -16,7 +16,7 @@ import ollama
 import openai
 from pydantic import ValidationError
 
-from engram.errors import ConfigError
+from engram.domain.errors import ConfigError
 from engram.settings import Settings
 
 ErrorCode = Literal["unreachable", "timeout", "malformed_output", "http_error", "refused"]

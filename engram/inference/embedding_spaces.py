@@ -15,16 +15,16 @@ from dataclasses import dataclass
 import asyncpg
 import numpy as np
 
-from engram.errors import EmbeddingUnavailable
-from engram.models import Memory
-from engram.repositories import embeddings
-from engram.repositories import memories as repo
-from engram.vector_index import IndexPoint, VectorIndex
+from engram.domain.errors import EmbeddingUnavailable
+from engram.domain.models import Memory
+from engram.store import embeddings
+from engram.store import memories as repo
+from engram.inference.vector_index import IndexPoint, VectorIndex
 
 
 @dataclass(frozen=True)
 class Space:
-    embedder: object  # engram.embedder.Embedder or a remote embedder: name, dim, embed, embed_query
+    embedder: object  # engram.inference.embedder.Embedder or a remote embedder: name, dim, embed, embed_query
     index: VectorIndex
 
 

@@ -18,10 +18,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from engram.embedder import Embedder, model_files
+from engram.inference.embedder import Embedder, model_files
 from engram.logs import log_outbound
-from engram.errors import ConfigError, EmbeddingUnavailable
-from engram.model_servers import (
+from engram.domain.errors import ConfigError, EmbeddingUnavailable
+from engram.inference.model_servers import (
     ProviderError, check_endpoint, ollama_client, ollama_failure, openai_client, openai_failure,
 )
 from engram.settings import Settings

@@ -1,7 +1,7 @@
 """The extraction contract: what Engram asks a model for, and what it accepts back.
 
 Turns one memory's text into facts, entities, a category and tags, independent of which
-provider carries the request (that is `engram.providers`).
+provider carries the request (that is `engram.inference.providers`).
 
 Both directions are untrusted. The memory text goes to the model inside a fenced block it
 cannot close, and the model's answer is parsed strictly and trimmed to the limits below, so

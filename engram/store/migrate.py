@@ -1,6 +1,6 @@
-"""Connection pool and the migration runner.
+"""The migration runner.
 
-Migrations are the numbered plain-SQL files in `engram/migrations/`. Each run of each file is
+Migrations are the numbered plain-SQL files in `engram/store/migrations/`. Each run of each file is
 recorded in `schema_migrations_log` with its start, end and outcome; applied versions live in
 `schema_migrations`. Before a non-empty database is migrated, a `pg_dump` backup is written.
 """
@@ -16,7 +16,6 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import asyncpg
-from pgvector.asyncpg import register_vector
 
 log = logging.getLogger(__name__)
 
@@ -49,15 +48,6 @@ def migration_files() -> list[tuple[int, str, Path]]:
     return found
 
 
-async def _init_connection(conn: asyncpg.Connection) -> None:
-    await register_vector(conn)
-
-
-async def create_pool(dsn: str, *, min_size: int, max_size: int) -> asyncpg.Pool:
-    """A pool whose connections speak pgvector. The schema must already be migrated."""
-    return await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, init=_init_connection)
-
-
 async def migrate(dsn: str, *, backup_dir: Path | None = None, pg_dump: Path | None = None) -> list[int]:
     """Apply every pending migration; return the versions applied.
 
@@ -82,6 +72,18 @@ async def migrate(dsn: str, *, backup_dir: Path | None = None, pg_dump: Path | N
             await conn.execute("SELECT pg_advisory_unlock(727274)")
     finally:
         await conn.close()
+
+
+async def pending(dsn: str) -> list[int]:
+    """The shipped versions not applied yet (every one, on a database never migrated)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        if not await conn.fetchval("SELECT to_regclass('public.schema_migrations') IS NOT NULL"):
+            return [version for version, _, _ in migration_files()]
+        applied = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
+    finally:
+        await conn.close()
+    return [version for version, _, _ in migration_files() if version not in applied]
 
 
 async def _apply(conn: asyncpg.Connection, version: int, name: str, sql: str) -> None:

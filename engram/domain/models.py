@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 from uuid import UUID
 
+from typing_extensions import TypeAliasType
+
 from pydantic import (
-    AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator,
+    AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt,
     model_validator,
 )
 
-from engram.text import is_blank, unstorable
+from engram.domain.text import VISIBLE_CHAR, is_blank, unstorable
 
 SCOPE_PARTS = ("user_id", "agent_id", "run_id")
 WILDCARD = "*"  # "any value" in a key's grants, so never a scope id
@@ -82,10 +85,30 @@ def _scope_id(value: str) -> str:
     return _not_blank(value)
 
 
-ScopeId = Annotated[str, Field(min_length=1, max_length=200, json_schema_extra={"not": {"const": WILDCARD}}),
+# What the wire checks (check_wire_value, _not_blank) enforce, stated for the OpenAPI schema.
+NUL_FREE = "^[^\\u0000]*$"
+_NUL_FREE = {"pattern": NUL_FREE}
+_SHOWS = {"allOf": [{"pattern": NUL_FREE}, {"pattern": VISIBLE_CHAR}]}
+
+
+def _text(min_length: int, max_length: int, **schema: Any) -> Any:
+    """A string field of the wire: its lengths, and in the schema no NUL (plus `schema`)."""
+    return Field(min_length=min_length, max_length=max_length, json_schema_extra={**_NUL_FREE, **schema})
+
+
+ScopeId = Annotated[str, Field(min_length=1, max_length=200, json_schema_extra={**_SHOWS, "not": {"const": WILDCARD}}),
                     AfterValidator(_scope_id)]
-Label = Annotated[str, Field(min_length=1, max_length=200)]
-Tag = Annotated[str, Field(min_length=1, max_length=100)]
+Label = Annotated[str, _text(1, 200)]
+Tag = Annotated[str, _text(1, 100)]
+ShortLabel = Annotated[str, _text(1, 64)]
+def _integral(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def wire_int(ge: int, le: int) -> Any:
+    """An integer field of the wire, within [ge, le]. JSON Schema's integer admits 57.0, and so
+    does the wire; it is strict otherwise (no "57", no true)."""
+    return Annotated[StrictInt, Field(ge=ge, le=le), BeforeValidator(_integral)]
 
 
 def _one_part_required(schema: dict) -> None:
@@ -124,7 +147,13 @@ def _metadata(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
-Metadata = Annotated[dict[str, Any], AfterValidator(_metadata)]
+WireString = Annotated[str, Field(json_schema_extra=_NUL_FREE)]
+# An object whose keys all match the NUL-free pattern (patternProperties alone would let others by).
+_KEYS_NUL_FREE = Field(json_schema_extra={"additionalProperties": False})
+# Any JSON value, as the schema states it: its strings and object keys hold no NUL.
+JsonValue = TypeAliasType("JsonValue", Union[Annotated[dict[WireString, "JsonValue"], _KEYS_NUL_FREE],
+                                             list["JsonValue"], WireString, bool, int, float, None])
+Metadata = Annotated[dict[WireString, JsonValue], _KEYS_NUL_FREE, AfterValidator(_metadata)]
 
 
 Mode = Literal["auto", "sync", "async"]
@@ -132,12 +161,13 @@ RememberStatus = Literal["processed", "queued", "raw_saved"]
 
 
 class RememberRequest(Strict):
-    content: Annotated[str, Field(min_length=1, max_length=MAX_CONTENT_CHARS), AfterValidator(_not_blank)]
+    content: Annotated[str, Field(min_length=1, max_length=MAX_CONTENT_CHARS, json_schema_extra=_SHOWS),
+                       AfterValidator(_not_blank)]
     scope: Scope
-    type: str = Field(default="fact", min_length=1, max_length=64)
+    type: ShortLabel = "fact"
     tags: list[Tag] = Field(default_factory=list, max_length=64)
     who: Label | None = None
-    source_type: str | None = Field(default=None, min_length=1, max_length=64)
+    source_type: ShortLabel | None = None
     source_id: Label | None = None
     session_id: Label | None = None
     metadata: Metadata = Field(default_factory=dict)
@@ -146,7 +176,29 @@ class RememberRequest(Strict):
     mode: Mode = "auto"
     raw: StrictBool = False
     idempotency_key: Label | None = None
-    pipeline_timeout_ms: StrictInt | None = Field(default=None, ge=0, le=MAX_PIPELINE_TIMEOUT_MS)
+    pipeline_timeout_ms: wire_int(0, MAX_PIPELINE_TIMEOUT_MS) | None = None
+
+    def draft(self) -> "MemoryDraft":
+        return MemoryDraft(scope=self.scope, content=self.content, type=self.type, tags=self.tags, who=self.who,
+                           source_type=self.source_type, source_id=self.source_id, session_id=self.session_id,
+                           metadata=self.metadata, pinned=self.pinned, importance=self.importance)
+
+
+@dataclass(frozen=True)
+class MemoryDraft:
+    """A memory as it arrives, before it is stored: what every write path hands the store."""
+
+    scope: Scope
+    content: str
+    type: str = "fact"
+    tags: list[str] = field(default_factory=list)
+    who: str | None = None
+    source_type: str | None = None
+    source_id: str | None = None
+    session_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    pinned: bool = False
+    importance: float = 0.5
 
 
 class RememberResponse(BaseModel):
@@ -163,7 +215,13 @@ def _in_utc(when: datetime) -> datetime:
         raise ValueError(f"{when.isoformat()} is outside the years 1 to 9999 in UTC") from None
 
 
-InstantUTC = Annotated[AwareDatetime, AfterValidator(_in_utc)]
+def _text_only(value: Any) -> Any:
+    if not isinstance(value, (str, datetime)):  # pydantic would read a number as a Unix time
+        raise ValueError("must be an ISO 8601 date-time string with a time zone")
+    return value
+
+
+InstantUTC = Annotated[AwareDatetime, BeforeValidator(_text_only), AfterValidator(_in_utc)]
 
 
 class TimeRange(Strict):
@@ -180,23 +238,24 @@ class TimeRange(Strict):
 
 
 class SearchFilters(Strict):
-    type: str | None = Field(default=None, min_length=1, max_length=64)
+    type: ShortLabel | None = None
     tags: list[Tag] | None = Field(default=None, max_length=64)
     who: Label | None = None
-    source_type: str | None = Field(default=None, min_length=1, max_length=64)
-    time: str | None = Field(default=None, min_length=1, max_length=100,
+    source_type: ShortLabel | None = None
+    time: str | None = Field(default=None, min_length=1, max_length=100, json_schema_extra=_NUL_FREE,
                              description='A phrase: "yesterday", "last 3 months", ...')
     time_range: TimeRange | None = None
 
 
 class SearchRequest(Strict):
-    query: Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS), AfterValidator(_not_blank)]
+    query: Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS, json_schema_extra=_SHOWS),
+                     AfterValidator(_not_blank)]
     scope: Scope
     filters: SearchFilters = Field(default_factory=SearchFilters)
     include_deleted: StrictBool = False
-    limit: StrictInt = Field(default=10, ge=1, le=MAX_LIMIT)
+    limit: wire_int(1, MAX_LIMIT) = 10
     rerank: StrictBool | None = Field(default=None, description="None: the server's rerank_default setting")
-    rerank_top_n: StrictInt | None = Field(default=None, ge=1, le=MAX_RERANK_TOP_N)
+    rerank_top_n: wire_int(1, MAX_RERANK_TOP_N) | None = None
     explain: StrictBool = False
 
 
@@ -279,12 +338,12 @@ class Job(BaseModel):
 
 
 Role = Literal["reader", "writer", "admin"]
-Grant = Annotated[str, Field(pattern=r"^(\*|(user|agent|run):.+)$", max_length=210,
+Grant = Annotated[str, Field(pattern=r"^(\*|(user|agent|run):[^\u0000]+)$", max_length=210,
                              description="'*', or 'user:<id>', 'agent:<id>', 'run:<id>' where <id> may be '*'")]
 
 
 class KeyRequest(Strict):
-    name: Annotated[str, Field(min_length=1, max_length=100), AfterValidator(_not_blank)]
+    name: Annotated[str, Field(min_length=1, max_length=100, json_schema_extra=_SHOWS), AfterValidator(_not_blank)]
     role: Role
     scopes: list[Grant] = Field(min_length=1, max_length=100)
 

@@ -12,8 +12,8 @@ import hashlib
 import secrets
 from dataclasses import dataclass
 
-from engram.errors import Forbidden, ValidationFailed
-from engram.models import Scope
+from engram.domain.errors import Forbidden, ValidationFailed
+from engram.domain.models import Scope
 
 ROLES = ("reader", "writer", "admin")
 # What each role may do; a role may do everything the roles before it may.

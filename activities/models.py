@@ -1,0 +1,87 @@
+"""Inputs and results of the activities: one model each, so fields can be added without
+breaking running histories. Workflows import these; nothing here imports a workflow."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+from uuid import UUID
+
+from pydantic import BaseModel
+
+
+class LeaseInput(BaseModel):
+    job_id: UUID
+    lease_s: float
+
+
+class LeaseResult(BaseModel):
+    finished: bool
+    memory_id: UUID | None = None
+    attempt: int = 0
+    outcome: str | None = None
+
+
+class MemoryRef(BaseModel):
+    memory_id: UUID
+    # The extract step reads it: False skips extraction (a raw save). Other steps ignore it.
+    extract: bool = True
+
+
+class ExtractOutput(BaseModel):
+    skipped: bool
+    extraction: dict | None = None
+    provider: str | None = None
+    model: str | None = None
+    prompt_version: str | None = None
+    category: str | None = None
+
+
+class OutcomeInput(BaseModel):
+    job_id: UUID
+    memory_id: UUID
+    outcome: Literal["processed", "raw_saved"]
+
+
+class RetryInput(BaseModel):
+    job_id: UUID
+    next_attempt_at: datetime
+    error: str
+    code: str
+
+
+class CompleteInput(BaseModel):
+    job_id: UUID
+    memory_id: UUID
+    workflow_id: str
+    result: ExtractOutput
+
+
+class GiveUpInput(BaseModel):
+    job_id: UUID
+    memory_id: UUID
+    error: str
+    code: str
+
+
+class NoteInput(BaseModel):
+    job_id: UUID
+    error: str
+    code: str
+
+
+class ReembedBatchInput(BaseModel):
+    job_id: UUID
+    target: str
+    batch_size: int
+
+
+class ReembedStep(BaseModel):
+    embedded: int
+    done: int
+    total: int
+
+
+class SwitchInput(BaseModel):
+    job_id: UUID
+    target: str

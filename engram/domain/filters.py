@@ -1,0 +1,43 @@
+"""What a read may return: the one filters type the store and the vector index both apply.
+
+A request states its filters on the wire (`SearchFilters`: a time phrase, a time range, ...);
+`resolve` turns them, with the caller's visibility, into `Filters`, which every read path
+applies whole: SQL (engram.store.sql.Where.filters) and the vector index alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from engram.domain.auth import Visibility
+from engram.domain.models import SearchFilters
+from engram.domain.timephrase import parse_time_phrase
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Resolved filters. `visible` is the caller's: no read returns a memory whose scope it may
+    not touch. Created in [created_from, created_to)."""
+
+    visible: Visibility
+    type: str | None = None
+    tags: list[str] | None = None
+    who: str | None = None
+    source_type: str | None = None
+    created_from: datetime | None = None
+    created_to: datetime | None = None
+    include_deleted: bool = False
+
+
+def resolve(asked: SearchFilters, visible: Visibility, *, include_deleted: bool, now: datetime) -> Filters:
+    """The filters a caller asked for, within what it may see. A time phrase and a time range
+    together mean both (their intersection). Raises ValidationFailed for a phrase it cannot read."""
+    start = end = None
+    if asked.time is not None:
+        start, end = parse_time_phrase(asked.time, now)
+    if asked.time_range is not None:
+        start = max(filter(None, [start, asked.time_range.start]), default=None)
+        end = min(filter(None, [end, asked.time_range.end]), default=None)
+    return Filters(visible=visible, type=asked.type, tags=asked.tags, who=asked.who, source_type=asked.source_type,
+                   created_from=start, created_to=end, include_deleted=include_deleted)
