@@ -477,3 +477,17 @@ async def test_a_wildcard_scope_id_is_a_422_everywhere(gateway, scope):
 @pytest.mark.parametrize("path", [REMEMBER, SEARCH, KEYS], ids=["remember", "search", "keys"])
 async def test_a_body_that_is_no_json_object_is_a_422_and_writes_nothing(gateway, path, body):
     await assert_refused_and_nothing_written(gateway, path, body)
+
+
+def test_the_blank_character_ranges_are_exactly_the_invisible_unicode_categories():
+    """engram.domain.text writes the ranges out (so the OpenAPI schema states the same rule);
+    a Python upgrade with new Unicode data must fail here, not drift."""
+    import sys
+    import unicodedata
+
+    from engram.domain.text import BLANK_RANGES
+
+    written = {cp for low, high in BLANK_RANGES for cp in range(low, high + 1)}
+    derived = {cp for cp in range(sys.maxunicode + 1)
+               if unicodedata.category(chr(cp)) in {"Cc", "Cf", "Zs", "Zl", "Zp"}} | {0x115F, 0x1160, 0x3164, 0xFFA0, 0x2800}
+    assert written == derived, (sorted(written - derived)[:10], sorted(derived - written)[:10])
