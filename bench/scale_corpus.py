@@ -25,14 +25,13 @@ from pathlib import Path
 import numpy as np
 
 from bench import locomo_data
-from engram.store import migrate as db
-from engram.store import pool as pool_module
-from engram.inference.embedding_spaces import index_point
 from engram.domain.models import Memory, MemoryDraft, Scope
+from engram.domain.text import normalize
+from engram.inference.embedding_spaces import index_point
+from engram.settings import Settings
+from engram.store import pool as pool_module
 from engram.store import embeddings
 from engram.store import memories as repo
-from engram.settings import Settings
-from engram.domain.text import normalize
 from worker.embedded import EmbeddedPostgres, free_port
 from worker.runtime import open_index
 

@@ -15,17 +15,17 @@ from uuid import UUID
 import asyncpg
 
 from engram.domain import auth
-from engram.domain.filters import Filters, resolve
 from engram.domain.errors import Conflict, NotFound, Unauthenticated, ValidationFailed
+from engram.domain.filters import Filters, resolve
 from engram.domain.models import (
     MAX_PIPELINE_TIMEOUT_MS, ApiKey, Job, Memory, MemoryPage, RememberRequest, RememberResponse, Scope,
     SearchFilters, SearchRequest, SearchResponse,
 )
-from engram.store import idempotency, jobs, keys
-from engram.store import memories as repo
+from engram.domain.text import content_hash, normalize
 from engram.recall.pipeline import Recall, RecallOptions
 from engram.settings import Settings
-from engram.domain.text import content_hash, normalize
+from engram.store import idempotency, jobs, keys
+from engram.store import memories as repo
 
 log = logging.getLogger(__name__)
 

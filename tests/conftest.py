@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import uuid
 from pathlib import Path
 
@@ -17,10 +16,10 @@ import uvicorn
 
 from api.http import create_app
 from engram.domain import auth
-from engram.store import migrate as db
 from engram.inference.embedder import Embedder, model_files
-from engram.store import keys
 from engram.settings import Settings
+from engram.store import migrate as db
+from engram.store import keys
 from tests.fakes.llm_server import FakeLLMServer
 from worker.embedded import EmbeddedPostgres, EmbeddedTemporal, free_port
 from worker.runtime import Runtime

@@ -16,11 +16,11 @@ import pytest
 
 from engram.domain import text
 from engram.domain.errors import ConfigError
-from engram.store import bm25
-from engram.settings import Settings
 from engram.domain.text import bm25_analyzer, term_frequencies
-from tests.conftest import app_settings
+from engram.settings import Settings
+from engram.store import bm25
 from engram.store import pool as pool_module
+from tests.conftest import app_settings
 from worker.runtime import Runtime
 from worker.startup import prepare_store, wait_until_prepared
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from engram.inference.embedder import Embedder
 from engram.domain.errors import ConfigError
 from engram.domain.errors import EmbeddingUnavailable
+from engram.inference.embedder import Embedder
 from engram.inference.remote_embedders import TextEmbedder, open_embedder
 from engram.settings import Settings
 from tests.conftest import app_settings, closed_port_url, new_database, running_app

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 

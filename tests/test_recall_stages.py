@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from engram.inference.embedder import Embedder, minilm_files
 from engram.domain.errors import ModelFileMismatch
+from engram.inference.embedder import Embedder, minilm_files
 from engram.recall.rerank import CrossEncoder, ms_marco_files, with_context
 from tests.conftest import DEFAULT_MODEL
 

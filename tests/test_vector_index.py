@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from engram.domain.auth import EVERYTHING, Principal
-from engram.domain.models import Scope
 from engram.domain.filters import Filters
+from engram.domain.models import Scope
 from engram.inference.vector_index import EdgeIndex, IndexPoint, QdrantServerIndex
 
 DIM = 8

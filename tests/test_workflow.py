@@ -16,16 +16,15 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
 from activities.remember import RememberActivities
-from engram.store import migrate as db
-from engram.store import pool as pool_module
 from engram.domain.models import MemoryDraft, Scope
-from engram.store import jobs
 from engram.inference.embedding_spaces import EmbeddingSpaces, Space
-from engram.store import embeddings
+from engram.inference.providers import OllamaProvider
 from engram.inference.vector_index import EdgeIndex
+from engram.store import pool as pool_module
+from engram.store import jobs
+from engram.store import embeddings
 from tests.conftest import closed_port_url, new_database
 from tests.fakes.llm_server import FakeReply
-from engram.inference.providers import OllamaProvider
 from workflows.models import RememberInput
 from workflows.reembed import ReembedWorkflow
 from workflows.remember import RememberWorkflow

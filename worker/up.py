@@ -15,8 +15,8 @@ import signal
 import uvicorn
 
 from api.http import create_app
-from engram.domain import auth
 from engram import logs
+from engram.domain import auth
 from engram.settings import Settings
 from worker.embedded import EmbeddedPostgres, EmbeddedTemporal, supervise
 from worker.runtime import Runtime

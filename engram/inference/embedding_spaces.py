@@ -17,9 +17,9 @@ import numpy as np
 
 from engram.domain.errors import EmbeddingUnavailable
 from engram.domain.models import Memory
+from engram.inference.vector_index import IndexPoint, VectorIndex
 from engram.store import embeddings
 from engram.store import memories as repo
-from engram.inference.vector_index import IndexPoint, VectorIndex
 
 
 @dataclass(frozen=True)

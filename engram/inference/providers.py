@@ -25,11 +25,11 @@ from typing import Literal, Protocol, TypeVar
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, ConfigDict
 
-from engram.logs import log_outbound
 from engram.domain.errors import ConfigError
 from engram.inference.model_servers import (
     ProviderError, check_endpoint, ollama_client, ollama_failure, openai_client, openai_failure,
 )
+from engram.logs import log_outbound
 # The `X as X` names are not used here; they stay importable from this module, where they
 # lived before the extraction contract moved out.
 from engram.domain.extraction import (

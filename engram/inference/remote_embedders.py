@@ -18,12 +18,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from engram.inference.embedder import Embedder, model_files
-from engram.logs import log_outbound
 from engram.domain.errors import ConfigError, EmbeddingUnavailable
+from engram.inference.embedder import Embedder, model_files
 from engram.inference.model_servers import (
     ProviderError, check_endpoint, ollama_client, ollama_failure, openai_client, openai_failure,
 )
+from engram.logs import log_outbound
 from engram.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -13,10 +13,10 @@ import numpy as np
 
 from engram.domain.filters import Filters
 from engram.domain.models import Scope
-from engram.store import memories as repo
-from engram.settings import Settings
 from engram.domain.text import bm25_terms
 from engram.inference.vector_index import VectorIndex
+from engram.settings import Settings
+from engram.store import memories as repo
 
 
 @dataclass(frozen=True)

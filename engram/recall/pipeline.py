@@ -23,13 +23,13 @@ from uuid import UUID
 import asyncpg
 import numpy as np
 
-from engram.inference.embedding_spaces import EmbeddingSpaces, Space
 from engram.domain.filters import Filters
 from engram.domain.models import Scope, ScoreComponents, SearchHit
+from engram.inference.embedding_spaces import EmbeddingSpaces, Space
 from engram.recall import candidates, expansion, fusion
 from engram.recall.rerank import Reranker, RerankFailed, with_context
-from engram.store import memories as repo
 from engram.settings import Settings
+from engram.store import memories as repo
 
 
 SPARE_ROWS = 5

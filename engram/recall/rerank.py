@@ -24,8 +24,8 @@ from typing import Protocol
 
 import numpy as np
 
-from engram.inference.embedder import verify_sha256
 from engram.domain.errors import ConfigError
+from engram.inference.embedder import verify_sha256
 from engram.inference.providers import LLMProvider, ProviderError
 
 log = logging.getLogger(__name__)

@@ -10,8 +10,8 @@ import time
 
 import asyncpg
 
-from engram.store import bm25
 from engram.domain.text import term_frequencies
+from engram.store import bm25
 
 log = logging.getLogger(__name__)
 

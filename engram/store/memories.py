@@ -11,8 +11,8 @@ import numpy as np
 
 from engram.domain.filters import Filters
 from engram.domain.models import Memory, MemoryDraft, Scope
-from engram.store.sql import Where
 from engram.domain.text import content_hash, normalize, term_frequencies
+from engram.store.sql import Where
 
 MEMORY_COLUMNS = """
     m.id, m.content, m.user_id, m.agent_id, m.run_id, m.type, m.category, m.tags, m.who,
