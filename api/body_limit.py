@@ -9,13 +9,9 @@ way but answers a declared oversize body in plain text, so it is not used.
 
 from __future__ import annotations
 
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-
-def error_body(status: int, type_: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    """The API's error answer: `{"error": {"type", "detail"}}`."""
-    return JSONResponse(status_code=status, content={"error": {"type": type_, "detail": detail}}, headers=headers)
+from api.errors import error_body
 
 
 class BodyLimit:
@@ -29,10 +25,9 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        too_large = error_body(413, "payload_too_large", f"request body over {self.limit} bytes")
         declared = dict(scope["headers"]).get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.limit:
-            await too_large(scope, receive, send)
+            await self._too_large(scope, receive, send)
             return
         chunks, size = [], 0
         while True:
@@ -42,13 +37,16 @@ class BodyLimit:
                 return
             size += len(message.get("body", b""))
             if size > self.limit:
-                await too_large(scope, receive, send)
+                await self._too_large(scope, receive, send)
                 return
             chunks.append(message.get("body", b""))
             if not message.get("more_body", False):
                 break
         whole = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
         await self.app(scope, _replay([whole], receive), send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await error_body(413, "payload_too_large", f"request body over {self.limit} bytes")(scope, receive, send)
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:

@@ -24,7 +24,8 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from api.body_limit import BodyLimit, error_body
+from api.body_limit import BodyLimit
+from api.errors import ErrorBody, error_body
 from engram.domain.auth import Principal
 from engram.domain.errors import EngramError
 from engram.domain.models import (
@@ -34,17 +35,6 @@ from engram.domain.models import (
 
 log = logging.getLogger("engram.http")
 MAX_BODY_BYTES = 1 << 20
-
-
-class ErrorDetail(BaseModel):
-    type: str
-    detail: str
-
-
-class ErrorBody(BaseModel):
-    """Every error the API answers."""
-
-    error: ErrorDetail
 
 
 class Readiness(BaseModel):
