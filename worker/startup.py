@@ -65,13 +65,14 @@ async def wait_until_prepared(settings: Settings, *, timeout_s: float = 600, pol
 
 
 async def _unprepared(dsn: str, analyzer: str, wanted: str) -> str:
+    """What is still missing, in words; "" when the store is prepared."""
     try:
-        if pending := await migrate.pending(dsn):
-            return f"migrations {pending} pending"
         conn = await asyncpg.connect(dsn)
     except (OSError, asyncpg.PostgresError) as err:
         return f"Postgres: {err}"
     try:
+        if waiting := await migrate.pending(conn):
+            return f"migrations {waiting} pending"
         recorded = (await bm25.state(conn)).analyzer
         state = await embeddings.state(conn)
     finally:

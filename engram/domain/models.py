@@ -101,6 +101,8 @@ ScopeId = Annotated[str, Field(min_length=1, max_length=200, json_schema_extra={
 Label = Annotated[str, _text(1, 200)]
 Tag = Annotated[str, _text(1, 100)]
 ShortLabel = Annotated[str, _text(1, 64)]
+
+
 def _integral(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 

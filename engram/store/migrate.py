@@ -74,15 +74,11 @@ async def migrate(dsn: str, *, backup_dir: Path | None = None, pg_dump: Path | N
         await conn.close()
 
 
-async def pending(dsn: str) -> list[int]:
+async def pending(conn: asyncpg.Connection) -> list[int]:
     """The shipped versions not applied yet (every one, on a database never migrated)."""
-    conn = await asyncpg.connect(dsn)
-    try:
-        if not await conn.fetchval("SELECT to_regclass('public.schema_migrations') IS NOT NULL"):
-            return [version for version, _, _ in migration_files()]
-        applied = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
-    finally:
-        await conn.close()
+    if not await conn.fetchval("SELECT to_regclass('public.schema_migrations') IS NOT NULL"):
+        return [version for version, _, _ in migration_files()]
+    applied = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
     return [version for version, _, _ in migration_files() if version not in applied]
 
 
