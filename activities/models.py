@@ -10,6 +10,10 @@ from uuid import UUID
 from pydantic import BaseModel
 
 
+class JobRef(BaseModel):
+    job_id: UUID
+
+
 class LeaseInput(BaseModel):
     job_id: UUID
     lease_s: float
@@ -85,3 +89,40 @@ class ReembedStep(BaseModel):
 class SwitchInput(BaseModel):
     job_id: UUID
     target: str
+
+
+class BatchInput(BaseModel):
+    job_ids: list[UUID]
+
+
+class EmbedOutput(BaseModel):
+    memory_ids: list[UUID]
+    refused: int = 0
+
+
+class IndexInput(BaseModel):
+    memory_ids: list[UUID]
+
+
+class ExtractBatchInput(BaseModel):
+    job_ids: list[UUID]
+    workflow_id: str  # recorded as the request id of each extraction's history event
+
+
+class Settled(BaseModel):
+    done: int = 0
+    parked: int = 0
+    dead: int = 0
+    taken: int = 0
+    chain_down: str | None = None
+
+
+class DrainStepInput(BaseModel):
+    owner: str
+    limit: int
+
+
+class ProviderStates(BaseModel):
+    down: list[str]  # "<provider>: why", one per provider known to be down
+    chain_down: bool  # every provider of the chain is down
+    parked_due: int  # parked extractions the drain could take now

@@ -1,4 +1,5 @@
-"""The remember workflow's activities: Temporal adapters over engram.remember_steps. Each turns
+"""The activities of runs of RememberWorkflow started before batches: Temporal adapters over
+engram.remember_steps. Each turns
 its input model into a call and a domain error into the ApplicationError type the workflow
 reads; the steps themselves (and their idempotency) live in the core.
 """
@@ -10,7 +11,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.models import (
-    CompleteInput, ExtractOutput, GiveUpInput, LeaseInput, LeaseResult, MemoryRef, NoteInput, OutcomeInput,
+    CompleteInput, ExtractOutput, GiveUpInput, JobRef, LeaseInput, LeaseResult, MemoryRef, NoteInput, OutcomeInput,
     RetryInput,
 )
 from engram import remember_steps as steps
@@ -84,6 +85,10 @@ class RememberActivities:
     async def give_up(self, inp: GiveUpInput) -> None:
         await steps.give_up(self._pool, inp.job_id, inp.memory_id, error=inp.error, code=inp.code)
 
+    @activity.defn
+    async def requeue(self, inp: JobRef) -> None:
+        await steps.requeue(self._pool, inp.job_id)
+
     def all(self) -> list:
-        return [self.lease_attempt, self.embed_and_index, self.note_error, self.extract, self.record_first_pass,
+        return [self.requeue, self.lease_attempt, self.embed_and_index, self.note_error, self.extract, self.record_first_pass,
                 self.schedule_retry, self.complete, self.give_up]

@@ -97,6 +97,69 @@ def cmd_jobs(args) -> None:
     _print(job)
 
 
+def _import_items(path: Path, scope: dict | None):
+    """(line number, item) for each non-blank line of a JSON Lines file: an object is a
+    remember item (the flags' scope fills in a missing scope); any other line is its content."""
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError:
+                item = line.rstrip("\n")
+            if not isinstance(item, dict):
+                item = {"content": item if isinstance(item, str) else line.rstrip("\n")}
+            if scope and "scope" not in item:
+                item["scope"] = scope
+            yield number, item
+
+
+def cmd_import(args) -> None:
+    path = Path(args.file)
+    if not path.exists():
+        sys.exit(f"engram: no file {path}")
+    scope = {k: getattr(args, k) for k in ("user_id", "agent_id", "run_id") if getattr(args, k)} or None
+    items = list(_import_items(path, scope))
+    stored = failed = 0
+    job_ids = []
+    with _client() as client:
+        for start in range(0, len(items), args.batch_size):
+            chunk = items[start:start + args.batch_size]
+            try:
+                response = client.post("/api/memory/remember/batch", json={"items": [item for _, item in chunk]})
+            except httpx.HTTPError as err:
+                sys.exit(f"\nengram: cannot reach the API after {stored} stored: {err}")
+            body = response.json()
+            if response.status_code >= 400:
+                error = body.get("error", {})
+                sys.exit(f"\nengram: {response.status_code} {error.get('type')}: {error.get('detail')}")
+            job_ids.append(body["job_id"])
+            stored += body["stored"]
+            failed += body["failed"]
+            for result in body["results"]:
+                if result.get("error"):
+                    line = chunk[result["index"]][0]
+                    print(f"\rline {line}: {result['error']['type']}: {result['error']['detail']}", file=sys.stderr)
+            print("\r" + progress_bar({"done": start + len(chunk), "total": len(items)}) + " sent",
+                  end="", file=sys.stderr, flush=True)
+        print(file=sys.stderr)
+        while args.wait and job_ids:
+            jobs = [client.get(f"/api/memory/jobs/{job_id}").json() for job_id in job_ids]
+            done = sum(j["progress"]["done"] for j in jobs)
+            parked = sum(j["progress"].get("parked", 0) for j in jobs)
+            total = sum(j["progress"]["total"] for j in jobs)
+            print("\r" + progress_bar({"done": done, "total": total}) + f" processed, {parked} parked",
+                  end="", file=sys.stderr, flush=True)
+            if done + parked >= total:
+                print(file=sys.stderr)
+                break
+            time.sleep(1)
+    _print({"stored": stored, "failed": failed, "jobs": job_ids})
+    if failed:
+        sys.exit(1)
+
+
 def cmd_status(args) -> None:
     try:
         with _client() as client:
@@ -167,7 +230,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--watch", action="store_true", help="poll until the job is done or dead")
     p.set_defaults(func=cmd_jobs)
 
-    p = sub.add_parser("status", help="each component's state")
+    p = sub.add_parser("import", help="remember every line of a JSON Lines file, in bulk, with a progress bar")
+    p.add_argument("file", help="one remember item (a JSON object) or one text per line")
+    _add_scope(p)
+    p.add_argument("--batch-size", type=int, default=500, help="items per request (at most the server's limit)")
+    p.add_argument("--wait", action="store_true", help="then show processing progress until every item is through")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("status", help="each component's state, the write queue and parked extractions")
     p.set_defaults(func=cmd_status)
 
     keys = sub.add_parser("keys", help="API keys").add_subparsers(dest="keys_command", required=True)

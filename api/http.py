@@ -29,8 +29,9 @@ from api.errors import ErrorBody, error_body
 from engram.domain.auth import Principal
 from engram.domain.errors import EngramError
 from engram.domain.models import (
-    MAX_LIMIT, ApiKey, CreatedKey, Job, KeyList, KeyRequest, Memory, MemoryPage, RememberRequest,
-    RememberResponse, Scope, ScopeId, SearchFilters, SearchRequest, SearchResponse, Tag,
+    MAX_LIMIT, ApiKey, CreatedKey, Job, KeyList, KeyRequest, Memory, MemoryPage, RememberBatchRequest,
+    RememberBatchResponse, RememberRequest, RememberResponse, Scope, ScopeId, SearchFilters, SearchRequest,
+    SearchResponse, Tag,
 )
 
 log = logging.getLogger("engram.http")
@@ -164,6 +165,13 @@ def create_app(runtime_factory) -> FastAPI:
     @app.post("/api/memory/remember", response_model=RememberResponse, responses=_errors(401, 403, 409, 413, 422))
     async def remember(body: RememberRequest, request: Request, caller: Caller):
         return await service(request).remember(caller, body, request_id=request.state.request_id)
+
+    @app.post("/api/memory/remember/batch", response_model=RememberBatchResponse,
+              responses=_errors(401, 403, 413, 422))
+    async def remember_batch(body: RememberBatchRequest, request: Request, caller: Caller):
+        """Remember up to ENGRAM_REMEMBER_BATCH_MAX items at once: each is stored, or answered
+        with its own error, and processed later (poll the returned import job for progress)."""
+        return await service(request).remember_batch(caller, body.items, request_id=request.state.request_id)
 
     @app.post("/api/memory/search", response_model=SearchResponse, responses=_errors(401, 403, 413, 422, 503))
     async def search(body: SearchRequest, request: Request, caller: Caller):

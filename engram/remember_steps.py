@@ -1,6 +1,7 @@
-"""The steps of remembering after the first save, in the order the remember workflow runs them:
-lease an attempt, embed and index, extract, then record the first pass, a retry, the completion
-or the end of the job.
+"""The steps of RememberWorkflow, the one-memory pipeline that ran before batches
+(engram/ingest_steps.py): lease an attempt, embed and index, extract, then record the first
+pass, a retry, the completion or the end of the job; and `requeue`, by which a run of it hands
+its job to the batch pipeline.
 
 Each step is idempotent (Temporal may run it again after a crash or a timeout) and raises
 domain errors; activities/remember.py adapts them to Temporal and owns nothing else.
@@ -66,6 +67,12 @@ async def embed_and_index(pool: asyncpg.Pool, spaces: EmbeddingSpaces, memory_id
     if memory is None:
         raise NotFound(f"no memory {memory_id}")
     await spaces.embed_memory(memory)
+
+
+async def requeue(pool: asyncpg.Pool, job_id: UUID) -> None:
+    """Give an unfinished job to the dispatcher, which puts it in a batch."""
+    async with pool.acquire() as conn:
+        await jobs.requeue(conn, job_id)
 
 
 async def note_error(pool: asyncpg.Pool, job_id: UUID, *, error: str, code: str) -> None:

@@ -7,21 +7,25 @@ import base64
 import hashlib
 import json
 import logging
+import time
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable, Protocol
 from uuid import UUID
 
 import asyncpg
+from pydantic import ValidationError as PydanticValidationError
 
 from engram.domain import auth
-from engram.domain.errors import Conflict, NotFound, Unauthenticated, ValidationFailed
+from engram.domain.errors import Conflict, EngramError, NotFound, Unauthenticated, ValidationFailed
 from engram.domain.filters import Filters, resolve
 from engram.domain.models import (
-    MAX_PIPELINE_TIMEOUT_MS, ApiKey, Job, Memory, MemoryPage, RememberRequest, RememberResponse, Scope,
-    SearchFilters, SearchRequest, SearchResponse,
+    MAX_PIPELINE_TIMEOUT_MS, ApiKey, ItemError, Job, Memory, MemoryPage, RememberBatchResponse, RememberItem,
+    RememberItemResult, RememberRequest, RememberResponse, Scope, SearchFilters, SearchRequest, SearchResponse,
 )
 from engram.domain.text import content_hash, normalize
+from engram.inference.availability import Availability
 from engram.recall.pipeline import Recall, RecallOptions
 from engram.settings import Settings
 from engram.store import idempotency, jobs, keys
@@ -31,26 +35,32 @@ log = logging.getLogger(__name__)
 
 
 class Pipeline(Protocol):
-    """Starts and observes the durable remember pipeline (Temporal, behind this seam)."""
-
-    async def start(self, job_id: UUID, *, extract: bool = True) -> bool:
-        """Start a remember job's workflow (`extract`: False for a raw save). True if it runs (or
-        already ran); False if the orchestrator is unreachable, in which case the outbox
-        dispatcher starts it later."""
+    """Observes the durable remember pipeline. Remember only writes rows (the memory and its
+    job, in one transaction); the worker's dispatcher turns the jobs into batch workflows."""
 
     async def wait_first_pass(self, job_id: UUID, timeout_s: float) -> str | None:
         """The first pass's outcome ("processed" or "raw_saved"), or None if not within the timeout."""
 
 
+@dataclass(frozen=True)
+class _Written:
+    memory_id: UUID
+    job_id: UUID | None
+    duplicate: bool
+
+
 class MemoryService:
     def __init__(self, settings: Settings, pool: asyncpg.Pool, recall: Recall, pipeline: Pipeline,
+                 availability: Availability,
                  clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
         self._settings = settings
         self._pool = pool
         self._recall = recall
         self._pipeline = pipeline
+        self._availability = availability
         self._clock = clock
         self._background: set[asyncio.Task] = set()
+        self._queue_state = (float("-inf"), (0, 0.0))  # (when read, (jobs waiting for a batch, oldest's wait))
 
     # -- principals ---------------------------------------------------------------------------
 
@@ -101,84 +111,155 @@ class MemoryService:
 
     async def remember(self, principal: auth.Principal, req: RememberRequest, *,
                        request_id: str | None = None) -> RememberResponse:
-        """Save the memory durably, then run (or queue) the pipeline.
+        """Save the memory durably and answer as `req.mode` asks.
 
-        The raw memory, its ADD history event and its job are written in one transaction before
-        any external call: whatever fails afterwards, the memory is kept and the job's workflow
-        is started by the outbox dispatcher. Raises ValidationFailed, Forbidden, Conflict (an
-        idempotency key reused with a different request).
+        The raw memory, its ADD history event and its job are written in one transaction, and
+        nothing else happens on the request: the worker's dispatcher batches the job, so a
+        remember never waits on Temporal or a model. `auto` and `sync` then wait for the first
+        pass, except that `auto` answers at once `raw_saved` while every LLM provider is known
+        to be down, and `queued` while the write queue is deeper than its bound. Raises
+        ValidationFailed, Forbidden, Conflict (an idempotency key reused with a different
+        request).
         """
         principal.require("remember", req.scope)
         s = self._settings
         timeout_ms = req.pipeline_timeout_ms if req.pipeline_timeout_ms is not None else s.pipeline_timeout_ms_default
-
-        replay = await self._write_memory(principal, req, request_id)
-        if isinstance(replay, RememberResponse):
-            return replay
-        memory_id, job_id, duplicate = replay
-        if duplicate:
-            answer = await self._answer_for_existing(memory_id, ["duplicate: this scope already holds this memory"])
+        down = None if req.raw else await self._availability.chain_down()
+        async with self._pool.acquire() as conn:
+            async with conn.transaction():
+                written = await self._write(conn, principal, req, request_id, raw_saved=down is not None)
+        if isinstance(written, RememberResponse):
+            return written
+        if written.duplicate:
+            answer = await self._answer_for_existing(written.memory_id,
+                                                     ["duplicate: this scope already holds this memory"])
         else:
-            answer = await self._run_pipeline(memory_id, job_id, req, timeout_ms / 1000)
+            answer = await self._answer(written, req, down, timeout_ms / 1000)
         if req.idempotency_key:
             await idempotency.store_response(self._pool, principal.id, req.idempotency_key,
                                              answer.model_dump(mode="json"))
         return answer
 
-    async def _write_memory(self, principal: auth.Principal, req: RememberRequest, request_id: str | None):
-        memory_id, job_id = uuid.uuid4(), uuid.uuid4()
-        request_hash = _request_hash(req)
+    async def remember_batch(self, principal: auth.Principal, items: list[dict], *,
+                             request_id: str | None = None) -> RememberBatchResponse:
+        """Write every valid item, each as `remember` would in `async` mode (or `raw_saved` while
+        every provider is down), in one transaction with a savepoint per item, under one import
+        job whose progress counts the items' processing. An item that is invalid, forbidden or
+        conflicts gets its own error and is not stored; the others are. Raises ValidationFailed
+        for more than `remember_batch_max` items."""
+        principal.require("remember")
+        limit = self._settings.remember_batch_max
+        if len(items) > limit:
+            raise ValidationFailed(f"items: at most {limit} per request (got {len(items)}); split the import")
+        down = await self._availability.chain_down()
+        results: list[RememberItemResult] = []
+        import_id = uuid.uuid4()
+        stored = 0
         async with self._pool.acquire() as conn:
             async with conn.transaction():
-                claimed = not req.idempotency_key or await idempotency.claim(
-                    conn, principal=principal.id, key=req.idempotency_key, request_hash=request_hash,
-                    memory_id=memory_id, job_id=job_id,
-                )
-                if claimed:
-                    if await repo.insert_raw(conn, req.draft(), memory_id=memory_id, actor=principal.id,
-                                             stemmer=self._settings.bm25_stemmer, extraction_status="pending",
-                                             request_id=request_id):
-                        await jobs.insert(conn, job_id=job_id, memory_id=memory_id, job_type="extract",
-                                          max_attempts=self._settings.extraction_max_attempts,
-                                          payload={"extract": not req.raw})
-                        return memory_id, job_id, False
-                    existing = await repo.find_live_by_hash(conn, req.scope, content_hash(normalize(req.content)))
-                    if req.idempotency_key:
-                        await idempotency.rebind(conn, principal.id, req.idempotency_key, existing)
-                    return existing, None, True
-        # Another request holds this idempotency key: answer as it did.
-        return await self._replay(principal, req.idempotency_key, request_hash)
+                await jobs.insert(conn, job_id=import_id, memory_id=None, job_type="import", max_attempts=1,
+                                  payload={"principal": principal.id, "items": len(items)})
+                for index, item in enumerate(items):
+                    try:
+                        req = RememberItem.model_validate(item)
+                        principal.require("remember", req.scope)
+                        async with conn.transaction():  # a savepoint: a failed item undoes only itself
+                            written = await self._write(conn, principal, req, request_id,
+                                                        raw_saved=down is not None and not req.raw,
+                                                        parent_id=import_id)
+                    except PydanticValidationError as err:
+                        results.append(_item_error(index, ValidationFailed(_describe(err))))
+                        continue
+                    except EngramError as err:
+                        results.append(_item_error(index, err))
+                        continue
+                    stored += 1
+                    if isinstance(written, RememberResponse):
+                        results.append(RememberItemResult(index=index, **written.model_dump()))
+                    elif written.duplicate:
+                        results.append(RememberItemResult(index=index, memory_id=written.memory_id, status="processed",
+                                                          warnings=["duplicate: this scope already holds this memory"]))
+                    else:
+                        status = "raw_saved" if down is not None and not req.raw else "queued"
+                        results.append(RememberItemResult(index=index, memory_id=written.memory_id,
+                                                          job_id=written.job_id, status=status))
+        return RememberBatchResponse(job_id=import_id, stored=stored, failed=len(items) - stored, results=results)
 
-    async def _replay(self, principal: auth.Principal, key: str, request_hash: str) -> RememberResponse:
-        row = await idempotency.find(self._pool, principal.id, key)
+    async def _write(self, conn: asyncpg.Connection, principal: auth.Principal, req: RememberItem,
+                     request_id: str | None, *, raw_saved: bool, parent_id: UUID | None = None
+                     ) -> _Written | RememberResponse:
+        """Write the memory and its job in the caller's transaction; or the duplicate it is; or,
+        for an idempotency key already bound, the answer the first request gave."""
+        memory_id, job_id = uuid.uuid4(), uuid.uuid4()
+        request_hash = _request_hash(req)
+        claimed = not req.idempotency_key or await idempotency.claim(
+            conn, principal=principal.id, key=req.idempotency_key, request_hash=request_hash,
+            memory_id=memory_id, job_id=job_id,
+        )
+        if not claimed:  # another request holds this idempotency key: answer as it did
+            return await self._replay(conn, principal, req.idempotency_key, request_hash)
+        if await repo.insert_raw(conn, req.draft(), memory_id=memory_id, actor=principal.id,
+                                 stemmer=self._settings.bm25_stemmer,
+                                 extraction_status="unprocessed" if raw_saved else "pending", request_id=request_id):
+            await jobs.insert(conn, job_id=job_id, memory_id=memory_id, job_type="extract",
+                              max_attempts=self._settings.extraction_max_attempts, payload={"extract": not req.raw},
+                              parent_id=parent_id, outcome="raw_saved" if raw_saved else None)
+            return _Written(memory_id, job_id, duplicate=False)
+        existing = await repo.find_live_by_hash(conn, req.scope, content_hash(normalize(req.content)))
+        if req.idempotency_key:
+            await idempotency.rebind(conn, principal.id, req.idempotency_key, existing)
+        return _Written(existing, None, duplicate=True)
+
+    async def _replay(self, conn: asyncpg.Connection, principal: auth.Principal, key: str, request_hash: str
+                      ) -> RememberResponse:
+        row = await idempotency.find(conn, principal.id, key)
         if row["request_hash"] != request_hash:
             raise Conflict("idempotency_key was already used with a different request")
         if row["response"] is not None:
             return RememberResponse.model_validate(row["response"])
         # The first request is still running: report where it stands.
-        return await self._answer_for_existing(row["memory_id"], ["replay: the first request is still in flight"])
+        return await self._answer_for_existing(row["memory_id"], ["replay: the first request is still in flight"],
+                                               conn)
 
-    async def _answer_for_existing(self, memory_id: UUID, warnings: list[str]) -> RememberResponse:
-        job = await jobs.latest_for_memory(self._pool, memory_id)
+    async def _answer_for_existing(self, memory_id: UUID, warnings: list[str],
+                                   conn: asyncpg.Connection | None = None) -> RememberResponse:
+        job = await jobs.latest_for_memory(conn or self._pool, memory_id)
         status = job.outcome if job is not None and job.outcome else "queued"
         return RememberResponse(memory_id=memory_id, status=status, job_id=job.id if job else None, warnings=warnings)
 
-    async def _run_pipeline(self, memory_id: UUID, job_id: UUID, req: RememberRequest, timeout_s: float
-                            ) -> RememberResponse:
-        mode, extract = req.mode, not req.raw
-        if mode == "async":
-            self._spawn(self._pipeline.start(job_id, extract=extract))
+    async def _answer(self, written: _Written, req: RememberRequest, down: str | None, timeout_s: float
+                      ) -> RememberResponse:
+        memory_id, job_id = written.memory_id, written.job_id
+        if req.mode == "async":
             return RememberResponse(memory_id=memory_id, status="queued", job_id=job_id)
-        if not await self._pipeline.start(job_id, extract=extract):
-            return RememberResponse(memory_id=memory_id, status="raw_saved", job_id=job_id,
-                                    warnings=["pipeline_unavailable: saved raw; processing resumes when it is back"])
-        wait = MAX_PIPELINE_TIMEOUT_MS / 1000 if mode == "sync" else timeout_s
+        if down is not None:
+            return RememberResponse(memory_id=memory_id, status="raw_saved", job_id=job_id, warnings=[
+                f"provider_unavailable: every LLM provider is down ({down}); saved raw, embedded shortly; "
+                "extraction resumes when one answers"])
+        if req.mode == "auto" and (busy := await self._write_queue_busy()):
+            return RememberResponse(memory_id=memory_id, status="queued", job_id=job_id, warnings=[busy])
+        wait = MAX_PIPELINE_TIMEOUT_MS / 1000 if req.mode == "sync" else timeout_s
         outcome = await self._pipeline.wait_first_pass(job_id, wait)
         if outcome is None:
             return RememberResponse(memory_id=memory_id, status="queued", job_id=job_id,
                                     warnings=["pipeline_timeout: still processing; poll the job"])
         warnings = ["provider_unavailable: saved raw; extraction will be retried"] if outcome == "raw_saved" else []
         return RememberResponse(memory_id=memory_id, status=outcome, job_id=job_id, warnings=warnings)
+
+    async def _write_queue_busy(self) -> str | None:
+        """Why `auto` should not wait for the first pass: the write queue is deeper than its
+        bound, or its oldest job has waited past `pipeline_stall_s` (the worker or Temporal is
+        down or far behind). Read at most every half second."""
+        read_at, (depth, oldest_s) = self._queue_state
+        if time.monotonic() - read_at > 0.5:
+            depth, oldest_s = await jobs.write_queue(self._pool)
+            self._queue_state = (time.monotonic(), (depth, oldest_s))
+        if depth > self._settings.write_queue_bound:
+            return f"backpressure: {depth} memories wait for processing; saved, and processed in turn: poll the job"
+        if oldest_s > self._settings.pipeline_stall_s:
+            return (f"pipeline_unavailable: the oldest of {depth} waiting memories has waited {oldest_s:.0f} s; "
+                    "saved, and processed when the pipeline is back: poll the job")
+        return None
 
     # -- recall -------------------------------------------------------------------------------
 
@@ -220,8 +301,10 @@ class MemoryService:
     async def job(self, principal: auth.Principal, job_id: UUID) -> Job:
         principal.require("read")
         job = await jobs.get(self._pool, job_id)
-        if job is not None and job.memory_id is None and principal.may("admin"):
-            return job  # a service-wide job (a re-embed): admins only
+        if job is not None and job.memory_id is None:
+            if principal.may("admin") or await jobs.owner_of(self._pool, job_id) == principal.id:
+                return job  # a service-wide job (a re-embed: admins only) or the caller's own import
+            raise NotFound(f"no job {job_id}")
         memory = await repo.get(self._pool, job.memory_id) if job and job.memory_id else None
         if job is None or memory is None or not principal.may_touch(_scope_of(memory)):
             raise NotFound(f"no job {job_id}")
@@ -249,7 +332,16 @@ def _scope_of(memory: Memory) -> Scope:
     return Scope.model_construct(user_id=memory.user_id, agent_id=memory.agent_id, run_id=memory.run_id)
 
 
-def _request_hash(req: RememberRequest) -> str:
+def _item_error(index: int, err: EngramError) -> RememberItemResult:
+    return RememberItemResult(index=index, error=ItemError(type=err.type, detail=err.detail))
+
+
+def _describe(err: PydanticValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'item'}: {e['msg'].removeprefix('Value error, ')}"
+                     for e in err.errors())
+
+
+def _request_hash(req: RememberItem) -> str:
     body = req.model_dump(mode="json", exclude={"idempotency_key", "mode", "pipeline_timeout_ms"})
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 

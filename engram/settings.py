@@ -70,10 +70,37 @@ class Settings(BaseSettings):
     # Remember pipeline. How long `auto` mode waits for the first pass when a request does not
     # say (pipeline_timeout_ms; at most engram.domain.models.MAX_PIPELINE_TIMEOUT_MS, `sync`'s wait).
     pipeline_timeout_ms_default: int = Field(default=2_000, ge=0, le=MAX_PIPELINE_TIMEOUT_MS)
+    # Attempts at extracting one memory that fail for its own sake (a malformed answer); an
+    # outage uses none. Between them the job is parked for backoff_initial_s, doubling to max_s.
     extraction_max_attempts: int = 8
     extraction_backoff_initial_s: float = 30.0
     extraction_backoff_max_s: float = 3_600.0
+    # Extractions one worker runs at once (in a batch, and in the drain).
+    extraction_concurrency: int = Field(default=4, ge=1)
+    # The dispatcher: it wakes on every new job and every interval_s, waits batch_window_ms for a
+    # burst to gather, and keeps at most inflight_batches batches of batch_size memories running.
     dispatcher_interval_s: float = 1.0
+    ingest_batch_size: int = Field(default=64, ge=1, le=1000)
+    ingest_batch_window_ms: int = Field(default=20, ge=0)
+    ingest_inflight_batches: int = Field(default=4, ge=1)
+    # `auto` answers at once (`queued`, with a warning) instead of waiting for the first pass
+    # while more remember jobs than this wait for their batch.
+    write_queue_bound: int = Field(default=2_000, ge=0)
+    # ...or while the oldest of them has waited longer than this (the worker or Temporal is down).
+    pipeline_stall_s: float = Field(default=10.0, gt=0)
+    # A bulk remember (POST /api/memory/remember/batch) takes at most this many items.
+    remember_batch_max: int = Field(default=500, ge=1, le=5_000)
+    # The drain of parked extractions: probe a down provider after probe_initial_s, doubling to
+    # probe_max_s; take drain_batch_size parked jobs at a time, at most drain_rate_per_s a second;
+    # look for due work every drain_idle_s.
+    provider_probe_initial_s: float = 5.0
+    provider_probe_max_s: float = 300.0
+    drain_batch_size: int = Field(default=32, ge=1)
+    drain_rate_per_s: float = Field(default=20.0, gt=0)
+    drain_idle_s: float = Field(default=5.0, gt=0)
+    # The worker process runs at this CPU niceness (0-19) under `engram up` and `engram worker`,
+    # so that a backlog being worked off yields the CPU to searches.
+    worker_niceness: int = Field(default=10, ge=0, le=19)
 
     # Ranking: a*vector + b*BM25 + c*log(1+access_count).
     rank_vector_weight: float = 0.5

@@ -160,6 +160,8 @@ def app_settings(tmp_path: Path, dsn: str, **overrides) -> Settings:
         temporal_task_queue=f"tq-{uuid.uuid4().hex[:8]}", llm_provider="none", llm_secondary="none",
         extraction_backoff_initial_s=0.3, extraction_backoff_max_s=1.0, extraction_max_attempts=5,
         llm_timeout_s=5.0, dispatcher_interval_s=0.2, postgres_pool_min=1, postgres_pool_max=30,
+        provider_probe_initial_s=0.2, provider_probe_max_s=1.0, drain_idle_s=0.2, drain_rate_per_s=1000,
+        ingest_batch_window_ms=5,
     )
     base.update(overrides)
     return Settings(**base)

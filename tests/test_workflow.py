@@ -1,31 +1,40 @@
-"""RememberWorkflow on Temporal's time-skipping test server (real activities, real Postgres,
-real Qdrant edge, the LLM down), and a replay of recorded histories so that a change which
-breaks determinism fails here before it breaks running workflows."""
+"""The pipeline's workflows on Temporal's time-skipping test server (real activities, real
+Postgres, real Qdrant edge, the LLM faked at HTTP or down), and a replay of recorded histories so
+that a change which breaks determinism fails here before it breaks running workflows.
+
+RememberWorkflow is the one-memory pipeline from before batches: new runs of it hand their job
+to the dispatcher at once; its histories recorded before that change still replay."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sys
 import uuid
 from pathlib import Path
 
 import pytest
-from temporalio.client import WorkflowHistory
+from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
+from activities.ingest import IndexActivities, IngestActivities
 from activities.remember import RememberActivities
 from engram.domain.models import MemoryDraft, Scope
+from engram.inference.availability import Availability
 from engram.inference.embedding_spaces import EmbeddingSpaces, Space
 from engram.inference.providers import OllamaProvider
 from engram.inference.vector_index import EdgeIndex
+from engram.ingest_steps import Retry
 from engram.store import pool as pool_module
 from engram.store import jobs
 from engram.store import embeddings
 from tests.conftest import closed_port_url, new_database
 from tests.fakes.llm_server import FakeReply
-from workflows.models import RememberInput
+from workflows.drain import ExtractionDrainWorkflow
+from workflows.ingest import IngestWorkflow
+from workflows.models import DrainInput, IngestInput, RememberInput
 from workflows.reembed import ReembedWorkflow
 from workflows.remember import RememberWorkflow
 
@@ -33,11 +42,11 @@ HISTORIES = Path(__file__).parent / "histories"
 TEST_SERVER = Path(sys.executable).parent / "temporal-test-server"
 
 
-async def _saved_memory(pool) -> uuid.UUID:
+async def _saved_memory(pool, content: str = "Quinn restores old motorbikes") -> uuid.UUID:
     """A memory and its job as remember's transaction writes them, through the service's own SQL."""
     from engram.store import memories as repo
 
-    draft = MemoryDraft(content="Quinn restores old motorbikes", scope=Scope(user_id="q"))
+    draft = MemoryDraft(content=content, scope=Scope(user_id="q"))
     memory_id, job_id = uuid.uuid4(), uuid.uuid4()
     async with pool.acquire() as conn:
         async with conn.transaction():
@@ -82,35 +91,109 @@ async def _pipeline_on_time_skipping_server(postgres, embedder, tmp_path, provid
         await pool.close()
 
 
-async def test_extraction_backs_off_exponentially_then_gives_up(postgres, embedder, tmp_path):
+async def test_a_new_run_of_the_one_memory_workflow_hands_its_job_to_the_dispatcher(postgres, embedder, tmp_path):
     async with _pipeline_on_time_skipping_server(postgres, embedder, tmp_path, closed_port_url()) as (pool, job_id, handle):
         result = await handle.result()
-        history = await handle.fetch_history()
-        assert result.status == "dead" and result.first_pass == "raw_saved" and result.attempts == 8
-        timers = [e.timer_started_event_attributes.start_to_fire_timeout.ToSeconds()
-                  for e in history.events if e.HasField("timer_started_event_attributes")]
-        assert timers == [30, 60, 120, 240, 480, 600, 600]
+        assert result.status == "handed_off"
         job = await jobs.get(pool, job_id)
-        assert job.status == "dead" and job.attempt_count == 8 and job.last_error_code == "ProviderUnavailable"
-        row = await pool.fetchrow("SELECT extraction_status, embedding_model FROM memories")
-        assert dict(row) == {"extraction_status": "failed", "embedding_model": embedder.name}
-        record_history(history, "remember_fast_backoff_dead")
+        assert job.status == "pending" and job.workflow_id is None and job.workflow_started_at is None
+        record_history(await handle.fetch_history(), "remember_handed_off")
 
 
-async def test_extraction_recovers_after_failures_and_completes_once(postgres, embedder, fake_llm, tmp_path):
-    fake_llm.script(FakeReply.status(503), FakeReply.malformed())
-    fake_llm.default = FakeReply.json({"facts": [{"content": "Quinn restores motorbikes", "confidence": 0.9}],
-                                       "entities": [], "category": "hobbies", "tags": []})
-    async with _pipeline_on_time_skipping_server(postgres, embedder, tmp_path, fake_llm.url) as (pool, job_id, handle):
-        assert await handle.execute_update(RememberWorkflow.first_pass) == "raw_saved"
+@contextlib.asynccontextmanager
+async def _batch_pipeline(postgres, temporal, embedder, tmp_path, provider_url: str, memories: int):
+    """Saved memories and a worker running IngestWorkflow and ExtractionDrainWorkflow with real
+    activities on the dev server, on a fresh task queue. Yields (client, task queue, pool, job_ids)."""
+    dsn = await new_database(postgres)
+    pool = await pool_module.create_pool(dsn, min_size=1, max_size=8)
+    index = EdgeIndex(tmp_path / "shard")
+    await index.ensure(model=embedder.name, dim=embedder.dim)
+    async with pool.acquire() as conn:
+        await embeddings.claim_active(conn, embedder.name)
+    spaces = EmbeddingSpaces(pool, {embedder.name: Space(embedder, index)}, active=embedder.name)
+    provider = OllamaProvider(url=provider_url, model="llama3.2:3b", timeout_s=5)
+    queue = f"tq-{uuid.uuid4().hex[:8]}"
+    try:
+        job_ids = [await _saved_memory(pool, f"Quinn restores old motorbike number {i}") for i in range(memories)]
+        client = await Client.connect(temporal.address, data_converter=pydantic_data_converter)
+        availability = Availability(pool, [provider], refresh_s=0)
+        ingest = IngestActivities(pool, spaces, availability, retry=Retry(30, 600), lease_s=60, concurrency=2)
+        async with Worker(client, task_queue=queue, workflows=[IngestWorkflow, ExtractionDrainWorkflow],
+                          activities=ingest.all()), \
+                Worker(client, task_queue=f"{queue}-index", activities=IndexActivities(spaces).all()):
+            yield client, queue, pool, job_ids
+    finally:
+        await provider.aclose()
+        await index.close()
+        await pool.close()
+
+
+def _ingest_input(queue: str, job_ids) -> IngestInput:
+    return IngestInput(job_ids=job_ids, index_queue=f"{queue}-index", extract_timeout_s=10, extract_concurrency=2)
+
+
+def _drain_input() -> DrainInput:
+    return DrainInput(batch_size=8, rate_per_s=40, probe_initial_s=0.25, probe_max_s=2, idle_s=30,
+                      extract_timeout_s=10, extract_concurrency=2, iterations_per_run=100)
+
+
+async def test_a_batch_while_the_provider_is_down_is_embedded_indexed_and_parked_without_timers(
+        postgres, temporal, embedder, tmp_path):
+    async with _batch_pipeline(postgres, temporal, embedder, tmp_path, closed_port_url(), memories=5) as (
+            client, queue, pool, job_ids):
+        handle = await client.start_workflow(IngestWorkflow.run, _ingest_input(queue, job_ids),
+                                             id=f"ingest-{queue}", task_queue=queue)
         result = await handle.result()
+        assert (result.done, result.parked, result.dead) == (0, 5, 0)
+        rows = await pool.fetch("SELECT status, attempt_count, next_attempt_at, last_error_code, outcome"
+                                " FROM memory_jobs")
+        assert {tuple(r) for r in rows} == {("parked", 0, None, "ProviderUnavailable", "raw_saved")}
+        assert await pool.fetchval("SELECT count(*) FROM memories WHERE embedding IS NOT NULL"
+                                   " AND extraction_status = 'unprocessed'") == 5
         history = await handle.fetch_history()
-        assert result.status == "done" and result.attempts == 3
-        job = await jobs.get(pool, job_id)
-        assert job.status == "done" and job.outcome == "raw_saved" and job.attempt_count == 3
-        assert await pool.fetchval("SELECT count(*) FROM memory_history WHERE event = 'UPDATE'") == 1
-        assert await pool.fetchval("SELECT extraction_status FROM memories") == "done"
-        record_history(history, "remember_fast_recovered")
+        assert not [e for e in history.events if e.HasField("timer_started_event_attributes")]
+        record_history(history, "ingest_parked")
+
+
+async def test_the_drain_probes_on_a_backoff_then_drains_every_parked_job_once(postgres, temporal, embedder,
+                                                                               fake_llm, tmp_path):
+    fake_llm.default = FakeReply.status(503)
+    extraction = {"facts": [{"content": "Quinn restores motorbikes", "confidence": 0.9}], "entities": [],
+                  "category": "hobbies", "tags": []}
+    async with _batch_pipeline(postgres, temporal, embedder, tmp_path, fake_llm.url, memories=12) as (
+            client, queue, pool, job_ids):
+        batch = await client.start_workflow(IngestWorkflow.run, _ingest_input(queue, job_ids), id=f"ingest-{queue}",
+                                            task_queue=queue)
+        assert (await batch.result()).parked == 12
+        calls_in_outage = len(fake_llm.chat_requests())
+        assert calls_in_outage <= 2  # the first call found the provider down; the rest parked without one
+        # Probes fail (the model server answers /api/tags, but the model is not pulled)...
+        served, fake_llm.models = fake_llm.models, []
+        drain = await client.start_workflow(ExtractionDrainWorkflow.run, _drain_input(), id=f"drain-{queue}",
+                                            task_queue=queue)
+        await asyncio.sleep(3)
+        state = await drain.query(ExtractionDrainWorkflow.state)
+        assert state.down == ["ollama/llama3.2:3b"] and state.drained == 0
+        # ...then the provider is back: the next probe finds it, and the drain takes every job.
+        fake_llm.models = served
+        fake_llm.default = FakeReply.json(extraction)
+        for _ in range(300):
+            if await pool.fetchval("SELECT count(*) FROM memory_jobs WHERE status = 'done'") == 12:
+                break
+            await asyncio.sleep(0.1)
+        assert await pool.fetchval("SELECT count(*) FROM memory_history WHERE event = 'UPDATE'") == 12
+        assert len(fake_llm.chat_requests()) - calls_in_outage == 12
+        history = await drain.fetch_history()
+        probes = [e for e in history.events if e.HasField("activity_task_scheduled_event_attributes")
+                  and e.activity_task_scheduled_event_attributes.activity_type.name == "drain_probe"]
+        timers = [e.timer_started_event_attributes.start_to_fire_timeout.ToMilliseconds()
+                  for e in history.events if e.HasField("timer_started_event_attributes")]
+        # One probe per backoff step, however many jobs wait: 0.25 s doubling to 2 s over 3 s.
+        assert 3 <= len(probes) <= 6
+        # (each timer runs to the next probe's time, less the moment spent looking at the state)
+        assert len(timers) >= 3 and all(want - 100 < t <= want for t, want in zip(timers, [250, 500, 1000]))
+        await drain.terminate("test over")
+        record_history(history, "drain_recovered")
 
 
 def record_history(history: WorkflowHistory, name: str) -> None:
@@ -125,5 +208,6 @@ def record_history(history: WorkflowHistory, name: str) -> None:
 @pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.stem)
 async def test_recorded_histories_replay_deterministically(path):
     history = WorkflowHistory.from_json(path.stem, path.read_text())
-    replayer = Replayer(workflows=[RememberWorkflow, ReembedWorkflow], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[RememberWorkflow, ReembedWorkflow, IngestWorkflow, ExtractionDrainWorkflow],
+                        data_converter=pydantic_data_converter)
     await replayer.replay_workflow(history)

@@ -215,6 +215,27 @@ class EmbeddedTemporal:
         self.proc = None
 
 
+class EngramChild:
+    """One of `engram up`'s own processes (the API or the worker), run as `python -m worker.up
+    <role>` with the settings in its environment; its log goes to our stderr."""
+
+    def __init__(self, role: str, env: dict[str, str]) -> None:
+        self.role = role
+        self.env = env
+        self.proc: subprocess.Popen | None = None
+        self.started_at = 0.0
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "worker.up", self.role], env=self.env,
+                                     start_new_session=True, preexec_fn=_die_with_parent)
+        self.started_at = time.monotonic()
+
+    def stop(self, timeout_s: float = 20) -> None:
+        """SIGTERM (the child finishes what it holds), then SIGKILL after `timeout_s`."""
+        _stop(self.proc, signal.SIGTERM, timeout_s)
+        self.proc = None
+
+
 def _stop(proc: subprocess.Popen | None, sig: int, timeout_s: float) -> None:
     if proc is None or proc.poll() is not None:
         return
@@ -226,16 +247,33 @@ def _stop(proc: subprocess.Popen | None, sig: int, timeout_s: float) -> None:
         proc.wait()
 
 
-async def supervise(children: dict[str, object], interval_s: float = 1.0) -> None:
-    """Restart a child server that died under us (its data is on disk), logging each restart.
+class CrashLoop(RuntimeError):
+    """A child keeps dying right after it starts: restarting it again would not help."""
+
+
+async def supervise(children: dict[str, object], interval_s: float = 1.0, *, min_uptime_s: float = 15.0,
+                    max_quick_exits: int = 3) -> None:
+    """Restart a child that died under us (its data is on disk), logging each restart. Raises
+    CrashLoop when one has exited `max_quick_exits` times in a row within `min_uptime_s` of
+    its start (a setting it cannot run with, say).
 
     Children are started from the main thread: the parent-death signal follows the thread
     that forked, and the main thread lives as long as the process.
     """
+    quick: dict[str, int] = {}
     while True:
         await asyncio.sleep(interval_s)
         for name, child in children.items():
             proc = child.proc
-            if proc is not None and proc.poll() is not None:
-                log.error("%s exited with %s; restarting", name, proc.returncode)
-                child.start()
+            if proc is None or proc.poll() is None:
+                continue
+            started = getattr(child, "started_at", None)
+            if started is not None and time.monotonic() - started < min_uptime_s:
+                quick[name] = quick.get(name, 0) + 1
+                if quick[name] >= max_quick_exits:
+                    raise CrashLoop(f"{name} exited {quick[name]} times within {min_uptime_s:.0f} s of starting "
+                                    f"(last exit code {proc.returncode}); see its log")
+            else:
+                quick[name] = 0
+            log.error("%s exited with %s; restarting", name, proc.returncode)
+            child.start()

@@ -1,14 +1,17 @@
-"""`engram worker` and `engram api`: the scaled deployment's processes (docker-compose.yml).
+"""`engram worker` and `engram api`: the service's two processes. The scaled deployment
+(docker-compose.yml) runs them against real servers; `engram up` runs them as its children
+against the embedded stack.
 
-Both need a real Postgres, Temporal and Qdrant server (ENGRAM_POSTGRES_DSN,
-ENGRAM_TEMPORAL_ADDRESS, ENGRAM_QDRANT_URL). The worker prepares the store (worker.startup);
-an API process waits until it has.
+The worker prepares the store (worker.startup); an API process waits until it has. The worker
+runs at a lower CPU priority (ENGRAM_WORKER_NICENESS), so that a backlog it works off yields the
+CPU to searches.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 
 import uvicorn
@@ -30,9 +33,11 @@ def _require_servers(settings: Settings) -> None:
 
 
 async def run_worker(settings: Settings) -> None:
-    """Prepare the store, then run the Temporal worker and the outbox dispatcher until SIGINT/SIGTERM."""
+    """Prepare the store, then run the Temporal worker, the dispatcher and the drain until
+    SIGINT/SIGTERM."""
+    os.nice(settings.worker_niceness)
     await prepare_store(settings)
-    runtime = await Runtime.open(settings, run_worker=True, run_dispatcher=True)
+    runtime = await Runtime.open(settings, roles=frozenset({"worker"}))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -41,6 +46,24 @@ async def run_worker(settings: Settings) -> None:
         await stop.wait()
     finally:
         await runtime.close()
+
+
+def run_api(settings: Settings) -> None:
+    """Serve the HTTP API until SIGINT/SIGTERM."""
+
+    @contextlib.asynccontextmanager
+    async def runtime_factory():
+        await wait_until_prepared(settings)  # by a worker: API replicas never migrate or rebuild
+        runtime = await Runtime.open(settings, roles=frozenset({"api"}))
+        try:
+            if settings.dev_api_key:  # the deployment's first admin key
+                await runtime.install_admin_key(settings.dev_api_key, name="bootstrap")
+            yield runtime
+        finally:
+            await runtime.close()
+
+    uvicorn.run(create_app(runtime_factory), host=settings.http_host, port=settings.http_port, log_config=None,
+                access_log=False)
 
 
 def worker_main() -> None:
@@ -54,16 +77,4 @@ def api_main() -> None:
     logs.configure()
     settings = Settings()
     _require_servers(settings)
-
-    @contextlib.asynccontextmanager
-    async def runtime_factory():
-        await wait_until_prepared(settings)  # by a worker: API replicas never migrate or rebuild
-        runtime = await Runtime.open(settings, run_worker=False, run_dispatcher=False)
-        try:
-            if settings.dev_api_key:  # the deployment's first admin key
-                await runtime.install_admin_key(settings.dev_api_key, name="bootstrap")
-            yield runtime
-        finally:
-            await runtime.close()
-
-    uvicorn.run(create_app(runtime_factory), host=settings.http_host, port=settings.http_port, log_config=None)
+    run_api(settings)

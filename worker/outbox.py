@@ -1,28 +1,80 @@
-"""The outbox dispatcher: starts the workflow of every job whose workflow nobody started (the
-request that wrote it could not reach Temporal, or the process died first)."""
+"""The outbox dispatcher: turns the remember jobs that requests wrote into batches, one
+IngestWorkflow each, and starts every other job whose run nobody started (a re-embed).
+
+It wakes when a job is written (Postgres NOTIFY on jobs.NEW_JOBS) and every `interval_s`
+anyway, lets a burst gather for `window_s`, and keeps at most `inflight` batches running: the
+rest wait, durably, in the outbox. That is the write path's backpressure: a burst of 10,000
+memories is 157 batches taken a few at a time, not 10,000 workflows at once. Safe in several
+processes: a job joins one batch (FOR UPDATE SKIP LOCKED), and a batch's workflow id is fixed
+when it is formed, so it starts once.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 
 import asyncpg
 
+from engram.settings import Settings
 from engram.store import jobs
+from engram.store.notifications import listen_forever
 from worker.temporal_pipeline import TemporalPipeline
 
 log = logging.getLogger(__name__)
+_DRAIN_CHECK_S = 30.0
 
 
-async def dispatch_forever(pipeline: TemporalPipeline, pool: asyncpg.Pool, interval_s: float) -> None:
-    """Every `interval_s`, start the oldest unstarted jobs' workflows, stopping at the first that
-    Temporal does not take. Safe in several processes: a workflow id is derived from its job, so a
-    job's workflow starts once, whoever gets there first."""
-    while True:
+class Dispatcher:
+    def __init__(self, pipeline: TemporalPipeline, pool: asyncpg.Pool, settings: Settings) -> None:
+        self._pipeline = pipeline
+        self._pool = pool
+        self._settings = settings
+        self._wake = asyncio.Event()
+
+    def wake(self, _payload: str = "") -> None:
+        self._wake.set()
+
+    async def run_forever(self) -> None:
+        """Dispatch until cancelled."""
+        s = self._settings
+        listener = asyncio.create_task(listen_forever(s.postgres_dsn, {jobs.NEW_JOBS: self.wake}))
+        loop = asyncio.get_running_loop()
+        drain_checked = float("-inf")
         try:
-            for job in await jobs.unstarted(pool, limit=100):
-                if not await pipeline.start_job(job):
-                    break
-        except (OSError, asyncpg.PostgresError) as err:
-            log.warning("dispatcher pass failed", extra={"error": str(err)})
-        await asyncio.sleep(interval_s)
+            while True:
+                try:
+                    if loop.time() - drain_checked > _DRAIN_CHECK_S and await self._pipeline.ensure_drain():
+                        drain_checked = loop.time()
+                    await self.dispatch_once()
+                except (OSError, asyncpg.PostgresError) as err:
+                    log.warning("dispatcher pass failed", extra={"error": str(err)})
+                try:
+                    await asyncio.wait_for(self._wake.wait(), s.dispatcher_interval_s)
+                    await asyncio.sleep(s.ingest_batch_window_ms / 1000)  # let a burst gather
+                except asyncio.TimeoutError:
+                    pass
+                self._wake.clear()
+        finally:
+            listener.cancel()
+
+    async def dispatch_once(self) -> None:
+        """Start formed-but-unstarted batches, form and start new ones up to the in-flight
+        bound, then start any other unstarted job. Stops at the first start Temporal refuses."""
+        s = self._settings
+        for workflow_id, job_ids in await jobs.unstarted_batches(self._pool, limit=100):
+            if not await self._pipeline.start_batch(workflow_id, job_ids):
+                return
+        room = s.ingest_inflight_batches * s.ingest_batch_size - await jobs.in_flight(self._pool)
+        while room > 0:
+            workflow_id = jobs.batch_workflow_id(uuid.uuid4())
+            job_ids = await jobs.form_batch(self._pool, workflow_id, min(s.ingest_batch_size, room))
+            if not job_ids:
+                break
+            if not await self._pipeline.start_batch(workflow_id, job_ids):
+                return
+            room -= len(job_ids)
+        for job in await jobs.unstarted(self._pool, limit=100):
+            if not await self._pipeline.start_job(job):
+                return

@@ -1,10 +1,13 @@
 """Wiring: open every client once, hand them to the service, the activities and the worker.
 
-`Runtime` is what a process runs: the HTTP API, the Temporal worker and the outbox
-dispatcher, or any subset (the compose deployment runs api and worker apart; `engram up`
-runs all three in one process because the in-process Qdrant shard has one owner). It only
-connects: the start-up work on the store (migrations, a BM25 rebuild, a re-embed job) is
-worker.startup's, run before it.
+`Runtime` is what a process runs, by role: "api" (the HTTP service, and the waiter that hears
+first passes) and "worker" (the Temporal worker, the dispatcher and the drain), or both (the
+tests). `engram up` and the compose deployment run them as separate processes, so a busy worker
+never holds the API's event loop or its GIL. The vector index's writes run where it can be
+written: the in-process Qdrant shard has one owner, the API process (which searches it), so
+there the API hosts the index activities on their own task queue; a Qdrant server is written by
+the worker. A runtime only connects: the start-up work on the store (migrations, a BM25
+rebuild, a re-embed job) is worker.startup's, run before it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ import logging
 import os
 import socket
 import time
-import uuid
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -23,28 +25,34 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
+from activities.ingest import IndexActivities, IngestActivities
 from activities.reembed import ReembedActivities
 from activities.remember import RememberActivities
-from engram.domain import auth
 from engram.domain.errors import ConfigError
+from engram.inference.availability import Availability
 from engram.inference.embedder import Embedder
 from engram.inference.embedding_spaces import EmbeddingSpaces, Space
 from engram.inference.providers import LLMProvider, build_provider_chain
 from engram.inference.remote_embedders import PROBE_TEXT, open_embedder
 from engram.inference.vector_index import EdgeIndex, QdrantServerIndex, VectorIndex, vector_name
+from engram.ingest_steps import Retry
 from engram.recall.pipeline import Recall
 from engram.recall.rerank import CrossEncoder, LLMReranker, Reranker, ms_marco_files
 from engram.service import MemoryService
 from engram.settings import Settings
-from engram.store import embeddings, keys
+from engram.store import embeddings, jobs, keys, provider_health
 from engram.store import pool as pool_module
-from worker.outbox import dispatch_forever
+from engram.store.notifications import FirstPassWaiter, listen_forever
+from worker.outbox import Dispatcher
 from worker.startup import analyzer_of
-from worker.temporal_pipeline import TemporalPipeline
+from worker.temporal_pipeline import TemporalPipeline, index_queue
+from workflows.drain import ExtractionDrainWorkflow
+from workflows.ingest import IngestWorkflow
 from workflows.reembed import ReembedWorkflow
 from workflows.remember import RememberWorkflow
 
 log = logging.getLogger(__name__)
+ROLES = frozenset({"api", "worker"})
 
 
 def open_index(settings: Settings, model: str) -> VectorIndex:
@@ -59,6 +67,11 @@ def open_index(settings: Settings, model: str) -> VectorIndex:
     return EdgeIndex(settings.data_dir / "qdrant" / name)
 
 
+def hosts_index(settings: Settings, roles: frozenset[str]) -> bool:
+    """Whether a process of these roles writes the vector index (and runs its activities)."""
+    return "worker" in roles if settings.qdrant_url else "api" in roles
+
+
 @dataclass
 class Runtime:
     settings: Settings
@@ -67,18 +80,18 @@ class Runtime:
     providers: list[LLMProvider]
     client: Client
     service: MemoryService
+    roles: frozenset[str] = ROLES
     tasks: list[asyncio.Task] = field(default_factory=list)
-    worker: Worker | None = None
+    workers: list[Worker] = field(default_factory=list)
     # A remote embedder's readiness probe is a real (maybe billed) call: its answer is reused this long.
     embedder_probe_ttl_s: float = 30.0
     _embedder_probe: tuple[float, str, dict] | None = None  # (when, model, what it said)
 
     @classmethod
     async def open(cls, settings: Settings, *, embedder: Embedder | None = None,
-                   reranker: Reranker | None = None,
-                   run_worker: bool = True, run_dispatcher: bool = True) -> "Runtime":
-        """Connect every client and, if asked, start the worker and the dispatcher. The store
-        must be prepared (worker.startup). Raises ConfigError (bad provider settings, an unknown
+                   reranker: Reranker | None = None, roles: frozenset[str] = ROLES) -> "Runtime":
+        """Connect every client the roles need and start their background work. The store must
+        be prepared (worker.startup). Raises ConfigError (bad provider settings, an unknown
         stemmer, a wrong model file, an LLM reranker without a rerank-capable primary provider)
         before anything starts."""
         # Checked before any client opens, so refusing leaves nothing to close.
@@ -89,51 +102,78 @@ class Runtime:
             )
         analyzer_of(settings)
         providers = build_provider_chain(settings)
-        if settings.rerank_model == "none":
+        if settings.rerank_model == "none" or "api" not in roles:
             reranker = None
         elif settings.rerank_model == "llm":
             reranker = LLMReranker(providers[0])
         elif reranker is None:
             reranker = await asyncio.to_thread(CrossEncoder.open, ms_marco_files(), threads=settings.embedding_threads)
         # A worker needs a connected client; a pure API process may start before Temporal.
-        client = await _connect_temporal(settings, lazy=not run_worker)
+        client = await _connect_temporal(settings, lazy="worker" not in roles)
         pool = await pool_module.create_pool(settings.postgres_dsn, min_size=settings.postgres_pool_min,
                                              max_size=settings.postgres_pool_max)
+        with_index = "api" in roles or hosts_index(settings, roles)
         try:
             state = await embeddings.state(pool)
             loaded = {embedder.name: embedder} if embedder is not None else {}
             spaces = {}
             for model in dict.fromkeys(m for m in (state.active, state.target) if m):
                 model_embedder = loaded.get(model) or await open_embedder(settings, model)
-                index = open_index(settings, model)
-                await index.ensure(model=model, dim=model_embedder.dim)
+                index = open_index(settings, model) if with_index else None
+                if index is not None:
+                    await index.ensure(model=model, dim=model_embedder.dim)
                 spaces[model] = Space(model_embedder, index)
             embedding_spaces = EmbeddingSpaces(pool, spaces, active=state.active)
         except BaseException:
             await pool.close()
             raise
-        pipeline = TemporalPipeline(client, pool, settings)
-        service = MemoryService(settings, pool, Recall(settings, pool, embedding_spaces, reranker), pipeline)
-        rt = cls(settings, pool, embedding_spaces, providers, client, service)
-        if run_worker:
-            remember = RememberActivities(pool, embedding_spaces, providers, identity=_identity())
-            reembed = ReembedActivities(pool, embedding_spaces)
-            rt.worker = Worker(client, task_queue=settings.temporal_task_queue,
-                               workflows=[RememberWorkflow, ReembedWorkflow],
-                               activities=remember.all() + reembed.all())
-            rt.tasks.append(asyncio.create_task(rt.worker.run(), name="temporal-worker"))
-        if run_dispatcher:
+        availability = Availability(pool, providers)
+        waiter = FirstPassWaiter(pool)
+        service = MemoryService(settings, pool, Recall(settings, pool, embedding_spaces, reranker), waiter,
+                                availability)
+        rt = cls(settings, pool, embedding_spaces, providers, client, service, roles=roles)
+        if "api" in roles:
             rt.tasks.append(asyncio.create_task(
-                dispatch_forever(pipeline, pool, settings.dispatcher_interval_s), name="outbox-dispatcher",
-            ))
+                listen_forever(settings.postgres_dsn, {jobs.FIRST_PASS: waiter.notified}), name="first-pass-listener"))
+        if "worker" in roles:
+            ingest = IngestActivities(
+                pool, embedding_spaces, availability,
+                retry=Retry(settings.extraction_backoff_initial_s, settings.extraction_backoff_max_s),
+                lease_s=2 * settings.drain_batch_size * (settings.llm_timeout_s + 5) / settings.extraction_concurrency,
+                concurrency=settings.extraction_concurrency,
+            )
+            legacy = RememberActivities(pool, embedding_spaces, providers, identity=_identity())
+            rt._add_worker(Worker(client, task_queue=settings.temporal_task_queue,
+                                  workflows=[IngestWorkflow, ExtractionDrainWorkflow, ReembedWorkflow, RememberWorkflow],
+                                  activities=ingest.all() + legacy.all()))
+            dispatcher = Dispatcher(TemporalPipeline(client, pool, settings), pool, settings)
+            rt.tasks.append(asyncio.create_task(dispatcher.run_forever(), name="outbox-dispatcher"))
+        if hosts_index(settings, roles):
+            activities = IndexActivities(embedding_spaces).all() + ReembedActivities(pool, embedding_spaces).all()
+            if "worker" in roles:
+                rt._add_worker(Worker(client, task_queue=index_queue(settings), activities=activities))
+            else:
+                rt.tasks.append(asyncio.create_task(rt._index_worker(activities), name="index-worker"))
         return rt
 
+    def _add_worker(self, worker: Worker) -> None:
+        self.workers.append(worker)
+        self.tasks.append(asyncio.create_task(worker.run(), name=f"temporal-worker-{worker.task_queue}"))
+
+    async def _index_worker(self, activities: list) -> None:
+        """The index activities in an API process: connected in the background, so the API
+        serves (search, remember) while Temporal is still starting or down."""
+        client = await _connect_temporal(self.settings, lazy=False, timeout_s=float("inf"))
+        worker = Worker(client, task_queue=index_queue(self.settings), activities=activities)
+        self.workers.append(worker)
+        await worker.run()
+
     async def close(self) -> None:
-        """Stop the worker (letting running activities finish), then close the clients."""
+        """Stop the workers (letting running activities finish), then close the clients."""
         await self.service.aclose()
-        if self.worker is not None:
+        for worker in self.workers:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.worker.shutdown(), 10)
+                await asyncio.wait_for(worker.shutdown(), 10)
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
@@ -143,14 +183,8 @@ class Runtime:
         await self.pool.close()
 
     async def install_admin_key(self, key: str, name: str = "dev") -> None:
-        """Make `key` a valid admin key for every scope (idempotent): the first key of a deployment.
-        If another active key already has `name`, this one is named `<name>-<its id's start>`."""
-        key_id = uuid.uuid4()
-        for candidate in (name, f"{name}-{str(key_id)[:8]}"):
-            if await keys.insert(self.pool, key_id=key_id, name=candidate, key_hash=auth.hash_key(key),
-                                 role="admin", scopes=["*"]):
-                return
-        raise RuntimeError(f"could not install the admin key: the names {name!r} and its variant are taken")
+        """See engram.store.keys.install_admin."""
+        await keys.install_admin(self.pool, key, name)
 
     async def readiness(self) -> dict[str, dict]:
         """Each component's state; never raises."""
@@ -168,7 +202,22 @@ class Runtime:
             "ok": True,  # An unreachable LLM degrades remember to a raw save; it never blocks readiness.
             "chain": [p.model_dump() for p in probes] or "none",
         }
+        try:
+            state["pipeline"] = await self._pipeline_state()
+        except (OSError, asyncpg.PostgresError) as err:
+            state["pipeline"] = {"ok": False, "detail": repr(err)}
         return state
+
+    async def _pipeline_state(self) -> dict:
+        """The write queue and the parked extractions, and why they are parked; never blocks readiness."""
+        backlog = await jobs.backlog(self.pool)
+        recorded = await provider_health.all_states(self.pool)
+        return {
+            "ok": True, "queued": backlog.pending, "parked": backlog.parked, "parked_due": backlog.parked_due,
+            "draining": backlog.leased, "parked_because": backlog.reasons,
+            "providers_down": {k: {"since": v.changed_at.isoformat(), "detail": v.detail}
+                               for k, v in recorded.items() if v.state == "down"},
+        }
 
     async def _check_embedder(self) -> dict:
         """The serving model; a remote one is asked to embed a probe (at most once per
@@ -199,6 +248,8 @@ class Runtime:
 
     async def _check_index(self) -> dict:
         model, space = await self.spaces.active()
+        if space.index is None:
+            return {"ok": True, "detail": "written by the API process"}
         count = await asyncio.wait_for(space.index.count(), 2)
         return {"ok": True, "detail": f"{space.index.name} ({model}), {count} points"}
 

@@ -1,10 +1,7 @@
-"""The service's `Pipeline`, on a Temporal client: how a process starts and watches the
-workflows. Not workflow code: it runs outside the sandbox.
-
-A start from a request gives up after a second and opens a short circuit breaker, so while
-Temporal is down remember answers `raw_saved` at once instead of waiting on every request; the
-outbox dispatcher (worker.outbox) keeps trying with more patience and closes the breaker when a
-start succeeds.
+"""How a worker process starts workflows on its Temporal client: the batches the dispatcher
+forms, jobs with a run of their own (a re-embed), and the one drain workflow. Not workflow
+code: it runs outside the sandbox. Requests never come here: remember only writes rows, and the
+dispatcher (worker.outbox) turns them into runs.
 """
 
 from __future__ import annotations
@@ -14,21 +11,25 @@ import logging
 from uuid import UUID
 
 import asyncpg
-from temporalio.client import Client, WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
+from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from engram.settings import Settings
 from engram.store import jobs
-from workflows.models import ReembedInput, RememberInput
+from workflows.drain import ExtractionDrainWorkflow, drain_workflow_id
+from workflows.ingest import IngestWorkflow
+from workflows.models import DrainInput, IngestInput, ReembedInput
 from workflows.reembed import ReembedWorkflow
-from workflows.remember import RememberWorkflow
 
 log = logging.getLogger(__name__)
-_REQUEST_WAIT_S = 1.0  # how long a request waits for a start before the outbox takes over
-_DISPATCH_WAIT_S = 5.0
-_BREAKER_S = 5.0
+_START_WAIT_S = 5.0
+
+
+def index_queue(settings: Settings) -> str:
+    """The task queue of the process that owns the vector index."""
+    return f"{settings.temporal_task_queue}-index"
 
 
 class TemporalPipeline:
@@ -36,59 +37,48 @@ class TemporalPipeline:
         self._client = client
         self._pool = pool
         self._settings = settings
-        self._down_until = 0.0
 
-    async def start(self, job_id: UUID, *, extract: bool = True) -> bool:
-        """Start a remember's workflow from a request; False if Temporal did not answer in time
-        (or the breaker is open), in which case the outbox dispatcher starts it later."""
-        if asyncio.get_running_loop().time() < self._down_until:
+    async def start_batch(self, workflow_id: str, job_ids: list[UUID]) -> bool:
+        """Start the IngestWorkflow of a formed batch (again, harmlessly, if it already runs).
+        False if Temporal did not answer; the batch stays formed and unstarted."""
+        s = self._settings
+        arg = IngestInput(job_ids=job_ids, index_queue=index_queue(s), extract_timeout_s=s.llm_timeout_s + 5,
+                          extract_concurrency=s.extraction_concurrency)
+        if not await self._start(IngestWorkflow.run, arg, workflow_id):
             return False
-        return await self._start(RememberWorkflow.run, self._remember_input(job_id, extract),
-                                 jobs.workflow_id_for(job_id), job_id, _REQUEST_WAIT_S)
+        await jobs.mark_batch_started(self._pool, workflow_id)
+        return True
 
     async def start_job(self, job: jobs.Unstarted) -> bool:
-        """Start the workflow of a job nobody started (a remember's or a re-embed's), for the
-        outbox dispatcher: no breaker, a longer wait. False if Temporal did not answer."""
-        if job.job_type == "reembed":
-            run, arg = ReembedWorkflow.run, ReembedInput(job_id=job.id, target=job.payload["target"],
-                                                         batch_size=self._settings.reembed_batch_size)
-        else:
-            run, arg = RememberWorkflow.run, self._remember_input(job.id, job.payload.get("extract", True))
-        return await self._start(run, arg, jobs.workflow_id_for(job.id, job.job_type), job.id, _DISPATCH_WAIT_S)
+        """Start the run of a job that has one of its own (a re-embed). False if Temporal did not answer."""
+        arg = ReembedInput(job_id=job.id, target=job.payload["target"], batch_size=self._settings.reembed_batch_size,
+                           task_queue=index_queue(self._settings))
+        if not await self._start(ReembedWorkflow.run, arg, jobs.workflow_id_for(job.id, job.job_type)):
+            return False
+        await jobs.mark_started(self._pool, job.id)
+        return True
 
-    def _remember_input(self, job_id: UUID, extract: bool) -> RememberInput:
+    async def ensure_drain(self) -> bool:
+        """Start the drain workflow unless it runs. False if Temporal did not answer."""
         s = self._settings
-        return RememberInput(
-            job_id=job_id, max_attempts=s.extraction_max_attempts, backoff_initial_s=s.extraction_backoff_initial_s,
-            backoff_max_s=s.extraction_backoff_max_s, extract_timeout_s=s.llm_timeout_s + 5, extract=extract,
-        )
+        arg = DrainInput(batch_size=s.drain_batch_size, rate_per_s=s.drain_rate_per_s,
+                         probe_initial_s=s.provider_probe_initial_s, probe_max_s=s.provider_probe_max_s,
+                         idle_s=s.drain_idle_s, extract_timeout_s=s.llm_timeout_s + 5,
+                         extract_concurrency=s.extraction_concurrency)
+        return await self._start(ExtractionDrainWorkflow.run, arg, drain_workflow_id(s.temporal_task_queue),
+                                 reuse=WorkflowIDReusePolicy.ALLOW_DUPLICATE)
 
-    async def _start(self, run, arg, workflow_id: str, job_id: UUID, wait_s: float) -> bool:
-        loop = asyncio.get_running_loop()
+    async def _start(self, run, arg, workflow_id: str,
+                     reuse: WorkflowIDReusePolicy = WorkflowIDReusePolicy.REJECT_DUPLICATE) -> bool:
         try:
             await asyncio.wait_for(self._client.start_workflow(
                 run, arg, id=workflow_id, task_queue=self._settings.temporal_task_queue,
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            ), wait_s)
+                id_reuse_policy=reuse, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            ), _START_WAIT_S)
         except WorkflowAlreadyStartedError:
             pass
         except (RPCError, RuntimeError, asyncio.TimeoutError) as err:
-            self._down_until = loop.time() + _BREAKER_S
-            log.warning("could not start workflow; the dispatcher will",
-                        extra={"job_id": str(job_id), "error": repr(err)})
+            log.warning("could not start a workflow; the dispatcher tries again",
+                        extra={"workflow_id": workflow_id, "error": repr(err)})
             return False
-        self._down_until = 0.0
-        await jobs.mark_started(self._pool, job_id)
         return True
-
-    async def wait_first_pass(self, job_id: UUID, timeout_s: float) -> str | None:
-        handle = self._client.get_workflow_handle(jobs.workflow_id_for(job_id))
-        try:
-            return await asyncio.wait_for(handle.execute_update(RememberWorkflow.first_pass), timeout_s)
-        except (asyncio.TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
-            return None
-        except (RPCError, WorkflowUpdateFailedError):
-            # The run already ended (an update cannot reach it): the job row has the answer.
-            job = await jobs.get(self._pool, job_id)
-            return job.outcome if job else None

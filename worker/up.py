@@ -1,8 +1,12 @@
-"""`engram up`: the whole service on the embedded stack, in one supervised process tree.
+"""`engram up`: the whole service on the embedded stack, as one supervised process tree.
 
-Starts (unless settings point at a real server instead) embedded Postgres, the Temporal dev
-server with its Web UI, then in this process the migrations, the Qdrant edge shard, the
-worker, the outbox dispatcher and the HTTP API. Ctrl-C stops everything in reverse order.
+Starts (unless settings point at a real server instead) embedded Postgres and the Temporal dev
+server with its Web UI, prepares the store, then runs the API and the worker as two child
+processes, so that a busy worker cannot hold the API's event loop or its GIL. The API process
+owns the in-process Qdrant shard (it searches it, and hosts the index writes); the worker
+embeds, extracts and drains at a lower CPU priority. A child that crashes is restarted; Ctrl-C
+stops the API, then the worker, then Temporal, then Postgres. If `engram up` is killed outright,
+every child gets SIGTERM from the kernel.
 """
 
 from __future__ import annotations
@@ -10,86 +14,95 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import sys
 
-import uvicorn
+import httpx
 
-from api.http import create_app
 from engram import logs
 from engram.domain import auth
 from engram.settings import Settings
-from worker.embedded import EmbeddedPostgres, EmbeddedTemporal, supervise
-from worker.runtime import Runtime
+from engram.store import keys
+from engram.store import pool as pool_module
+from worker.embedded import CrashLoop, EmbeddedPostgres, EmbeddedTemporal, EngramChild, supervise
 from worker.startup import prepare_store
 
 log = logging.getLogger("engram.up")
 
 
-async def ensure_dev_key(runtime: Runtime) -> str:
+async def ensure_dev_key(settings: Settings) -> str:
     """The development admin key: reused from `$ENGRAM_DATA_DIR/api-key`, else created there."""
-    path = runtime.settings.data_dir / "api-key"
-    key = runtime.settings.dev_api_key or (path.read_text().strip() if path.exists() else auth.new_key())
-    await runtime.install_admin_key(key)
+    path = settings.data_dir / "api-key"
+    key = settings.dev_api_key or (path.read_text().strip() if path.exists() else auth.new_key())
+    conn = await pool_module.connect(settings.postgres_dsn)
+    try:
+        await keys.install_admin(conn, key, name="dev")
+    finally:
+        await conn.close()
     path.write_text(key + "\n")
     path.chmod(0o600)
     return key
 
 
-class _Server(uvicorn.Server):
-    """uvicorn without its own signal capture: `up` installs handlers that stop the API first
-    and then the child servers, instead of uvicorn re-raising the signal at the end."""
-
-    @contextlib.contextmanager
-    def capture_signals(self):
-        yield
-
-    def request_stop(self) -> None:
-        if self.should_exit:
-            self.force_exit = True  # a second Ctrl-C: stop waiting for open requests
-        self.should_exit = True
-
-
 async def up(settings: Settings) -> None:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    children: dict[str, object] = {}
-    if not settings.postgres_dsn:
-        pg = EmbeddedPostgres(settings.data_dir / "postgres", settings.embedded_postgres_port)
-        pg.start()
-        children["postgres"] = pg
-        settings = settings.model_copy(update={"postgres_dsn": pg.dsn()})
-    if not settings.temporal_address:
-        temporal = EmbeddedTemporal(settings.data_dir / "temporal", settings.temporal_grpc_port,
-                                    settings.temporal_ui_port)
-        temporal.start()
-        children["temporal"] = temporal
-        settings = settings.model_copy(update={"temporal_address": temporal.address})
-    supervisor = asyncio.create_task(supervise(children))
+    servers: dict[str, object] = {}
+    services: dict[str, EngramChild] = {}
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     try:
-        @contextlib.asynccontextmanager
-        async def runtime_factory():
-            await prepare_store(settings)
-            runtime = await Runtime.open(settings)
-            try:
-                key = await ensure_dev_key(runtime)
-                _announce(settings, key)
-                yield runtime
-            finally:
-                await runtime.close()
-
-        config = uvicorn.Config(create_app(runtime_factory), host=settings.http_host, port=settings.http_port,
-                                log_config=None, access_log=False)
-        server = _Server(config)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, server.request_stop)
-        await server.serve()
-        if server.started is False:
-            raise SystemExit("engram up: the service did not start (see the log above)")
+        if not settings.postgres_dsn:
+            pg = EmbeddedPostgres(settings.data_dir / "postgres", settings.embedded_postgres_port)
+            pg.start()
+            servers["postgres"] = pg
+            settings = settings.model_copy(update={"postgres_dsn": pg.dsn()})
+        if not settings.temporal_address:
+            temporal = EmbeddedTemporal(settings.data_dir / "temporal", settings.temporal_grpc_port,
+                                        settings.temporal_ui_port)
+            temporal.start()
+            servers["temporal"] = temporal
+            settings = settings.model_copy(update={"temporal_address": temporal.address})
+        await prepare_store(settings)
+        key = await ensure_dev_key(settings)
+        env = {**os.environ, "ENGRAM_POSTGRES_DSN": settings.postgres_dsn,
+               "ENGRAM_TEMPORAL_ADDRESS": settings.temporal_address, "ENGRAM_DATA_DIR": str(settings.data_dir)}
+        for role in ("worker", "api"):
+            services[role] = EngramChild(role, env)
+            services[role].start()
+        watch = asyncio.create_task(supervise({**servers, **services}))
+        ready = asyncio.create_task(_wait_ready(settings))
+        stopped = asyncio.create_task(stop.wait())
+        await asyncio.wait({ready, watch, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        if ready.done() and not ready.exception():
+            _announce(settings, key)
+            await asyncio.wait({watch, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (ready, stopped, watch):
+            task.cancel()
+        if watch.done() and not watch.cancelled() and isinstance(watch.exception(), CrashLoop):
+            raise SystemExit(f"engram up: {watch.exception()}")
     finally:
-        supervisor.cancel()
-        for name in reversed(list(children)):
+        for name in ("api", "worker"):
+            if name in services:
+                log.info("stopping %s", name)
+                services[name].stop()
+        for name in reversed(list(servers)):
             log.info("stopping %s", name)
-            children[name].stop()
+            servers[name].stop()
+
+
+async def _wait_ready(settings: Settings, timeout_s: float = 300) -> None:
+    url = f"http://{settings.http_host}:{settings.http_port}/readyz"
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    async with httpx.AsyncClient(timeout=2) as client:
+        while asyncio.get_running_loop().time() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if (await client.get(url)).status_code == 200:
+                    return
+            await asyncio.sleep(0.2)
+    raise TimeoutError(f"the API did not become ready within {timeout_s} s")
 
 
 def _announce(settings: Settings, key: str) -> None:
@@ -110,3 +123,20 @@ def _announce(settings: Settings, key: str) -> None:
 def main() -> None:
     logs.configure()
     asyncio.run(up(Settings()))
+
+
+def child_main() -> None:
+    """`python -m worker.up api|worker`: one of `engram up`'s children (worker.main does the work)."""
+    from worker.main import run_api, run_worker
+
+    logs.configure()
+    role = sys.argv[1]
+    settings = Settings()
+    if role == "worker":
+        asyncio.run(run_worker(settings))
+    else:
+        run_api(settings)
+
+
+if __name__ == "__main__":
+    child_main()

@@ -37,12 +37,14 @@ class ReembedWorkflow:
         for _ in range(inp.batches_per_run):
             step = await workflow.execute_activity_method(
                 ReembedActivities.batch,
-                ReembedBatchInput(job_id=inp.job_id, target=inp.target, batch_size=inp.batch_size), **_STEP,
+                ReembedBatchInput(job_id=inp.job_id, target=inp.target, batch_size=inp.batch_size),
+                task_queue=inp.task_queue, **_STEP,
             )
             self._done, self._total = step.done, step.total
             if step.embedded == 0:
                 switch = SwitchInput(job_id=inp.job_id, target=inp.target)
-                if await workflow.execute_activity_method(ReembedActivities.switch, switch, **_STEP):
+                if await workflow.execute_activity_method(ReembedActivities.switch, switch, task_queue=inp.task_queue,
+                                                          **_STEP):
                     return ReembedResult(job_id=inp.job_id, target=inp.target, total=self._total)
                 # New memories arrived from a process without the target model: embed them too.
         workflow.continue_as_new(inp)

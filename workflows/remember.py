@@ -1,8 +1,9 @@
-"""RememberWorkflow: embed and index a saved memory, then extract through the provider chain,
-retrying on a durable backoff that the job row mirrors.
+"""RememberWorkflow: the pipeline of one memory, as it ran before batches (workflows/ingest.py).
 
-The memory is embedded before extraction so that it is searchable even while every LLM is
-down; extraction enriches it later and never blocks recall.
+Nothing starts it any more. It stays registered so that runs started before the upgrade finish:
+at the first point where such a run goes on past its recorded history (after its embedding, or
+when a retry timer fires) it hands its job back to the dispatcher, which puts it in a batch, and
+ends. A run's history up to that point replays unchanged (tests/histories).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.models import (
-        CompleteInput, GiveUpInput, LeaseInput, MemoryRef, NoteInput, OutcomeInput, RetryInput,
+        CompleteInput, GiveUpInput, JobRef, LeaseInput, MemoryRef, NoteInput, OutcomeInput, RetryInput,
     )
     from activities.remember import RememberActivities
     from workflows.models import RememberInput, RememberResult
@@ -33,6 +34,9 @@ _STORE = dict(
 # trip through the server for each, and the first extraction runs beside the embedding, so
 # remember's first answer costs max(embed, extract) instead of the sum of every step.
 FAST_FIRST_PASS = "local-db-steps-concurrent-first-pass"
+# Each point where a run may hand off has its own patch id: `patched` remembers its first answer
+# per id, and a run replaying old history answers False at every point it passed before.
+HAND_OFF = "hand-off-to-batches"
 
 
 @workflow.defn
@@ -55,8 +59,17 @@ class RememberWorkflow:
             retry_policy=RetryPolicy(maximum_attempts=1),
         )
 
+    async def _hand_off(self, inp: RememberInput, point: str) -> bool:
+        """At a point past the recorded history, give the job to the dispatcher; True if done."""
+        if not workflow.patched(f"{HAND_OFF}-{point}"):
+            return False
+        await self._db_step(RememberActivities.requeue, JobRef(job_id=inp.job_id))
+        return True
+
     @workflow.run
     async def run(self, inp: RememberInput) -> RememberResult:
+        if await self._hand_off(inp, "start"):
+            return self._result(inp, "handed_off")
         self._fast = workflow.patched(FAST_FIRST_PASS)
         lease_input = LeaseInput(job_id=inp.job_id, lease_s=inp.extract_timeout_s + 60)
         lease = await self._db_step(RememberActivities.lease_attempt, lease_input)
@@ -73,6 +86,8 @@ class RememberWorkflow:
         else:
             await self._embedded(inp, workflow.execute_activity_method(RememberActivities.embed_and_index, memory,
                                                                        **_STORE))
+        if await self._hand_off(inp, "embedded"):
+            return await self._finish(inp, "handed_off")
 
         delay = inp.backoff_initial_s
         while True:
@@ -92,6 +107,8 @@ class RememberWorkflow:
                                     RetryInput(job_id=inp.job_id, next_attempt_at=workflow.now() + timedelta(seconds=delay),
                                                error=error, code=code))
                 await workflow.sleep(timedelta(seconds=delay))
+                if await self._hand_off(inp, f"retry-{self._attempt}"):
+                    return await self._finish(inp, "handed_off")
                 delay = min(delay * 2, inp.backoff_max_s)
                 lease = await self._db_step(RememberActivities.lease_attempt, lease_input)
                 if lease.finished:

@@ -162,7 +162,9 @@ Mode = Literal["auto", "sync", "async"]
 RememberStatus = Literal["processed", "queued", "raw_saved"]
 
 
-class RememberRequest(Strict):
+class RememberItem(Strict):
+    """One memory to write: a remember's body without how to wait (an item of a bulk remember)."""
+
     content: Annotated[str, Field(min_length=1, max_length=MAX_CONTENT_CHARS, json_schema_extra=_SHOWS),
                        AfterValidator(_not_blank)]
     scope: Scope
@@ -175,15 +177,18 @@ class RememberRequest(Strict):
     metadata: Metadata = Field(default_factory=dict)
     pinned: StrictBool = False
     importance: float = Field(default=0.5, ge=0.0, le=1.0, strict=True)
-    mode: Mode = "auto"
     raw: StrictBool = False
     idempotency_key: Label | None = None
-    pipeline_timeout_ms: wire_int(0, MAX_PIPELINE_TIMEOUT_MS) | None = None
 
     def draft(self) -> "MemoryDraft":
         return MemoryDraft(scope=self.scope, content=self.content, type=self.type, tags=self.tags, who=self.who,
                            source_type=self.source_type, source_id=self.source_id, session_id=self.session_id,
                            metadata=self.metadata, pinned=self.pinned, importance=self.importance)
+
+
+class RememberRequest(RememberItem):
+    mode: Mode = "auto"
+    pipeline_timeout_ms: wire_int(0, MAX_PIPELINE_TIMEOUT_MS) | None = None
 
 
 @dataclass(frozen=True)
@@ -208,6 +213,36 @@ class RememberResponse(BaseModel):
     status: RememberStatus
     job_id: UUID | None
     warnings: list[str] = Field(default_factory=list)
+
+
+class RememberBatchRequest(Strict):
+    """A bulk remember: each item is checked on its own (a bad one gets its own error and the
+    rest are stored), each with its own idempotency key; the batch answers without waiting."""
+
+    items: list[dict[str, JsonValue]] = Field(min_length=1, description=(
+        "RememberItem objects (the remember body without mode and pipeline_timeout_ms); at most "
+        "ENGRAM_REMEMBER_BATCH_MAX (default 500), within the 1 MiB body limit"))
+
+
+class ItemError(BaseModel):
+    type: str
+    detail: str
+
+
+class RememberItemResult(BaseModel):
+    index: int  # the item's position in the request
+    memory_id: UUID | None = None
+    job_id: UUID | None = None
+    status: RememberStatus | None = None
+    warnings: list[str] = Field(default_factory=list)
+    error: ItemError | None = None  # set when this item was not stored; nothing else is then
+
+
+class RememberBatchResponse(BaseModel):
+    job_id: UUID | None  # the import's job: its progress counts the stored items' processing
+    stored: int
+    failed: int
+    results: list[RememberItemResult]
 
 
 def _in_utc(when: datetime) -> datetime:
@@ -331,10 +366,14 @@ class Job(BaseModel):
     next_attempt_at: datetime | None
     last_error: str | None
     last_error_code: str | None
-    workflow_id: str
+    # The run that processes it: its batch's IngestWorkflow for a remember job (None until the
+    # dispatcher batches it), its own run for a re-embed; none for an import.
+    workflow_id: str | None
     workflow_started_at: datetime | None
     outcome: str | None
-    progress: dict[str, int] | None = None  # re-embed jobs: {"done", "total"}
+    # Re-embed and import jobs: {"done", "total"}; an import's also counts "parked" items.
+    progress: dict[str, int] | None = None
+    parent_id: UUID | None = None  # a remember job of a bulk import: the import's job
     created_at: datetime
     updated_at: datetime
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,6 +83,9 @@ def verify_sha256(name: str, path: Path, expected: str) -> None:
         raise ModelFileMismatch(f"model {name} at {path} has SHA-256 {actual}, expected {expected}")
 
 
+BATCH = 16  # texts per model run: measured best on 2 cores (8, 16, 32 and 64 tried)
+
+
 class Embedder:
     """Turns texts into L2-normalised vectors. Thread-safe; `embed` runs off the event loop."""
 
@@ -92,6 +96,7 @@ class Embedder:
         self._session = session
         self._tokenizer = tokenizer
         self._input_names = {i.name for i in session.get_inputs()}
+        self._documents = threading.Lock()
 
     @classmethod
     def open(cls, files: ModelFiles, *, threads: int = 2) -> "Embedder":
@@ -117,16 +122,27 @@ class Embedder:
     def embed_sync(self, texts: list[str]) -> np.ndarray:
         """Vectors for `texts`, shape (len(texts), dim), float32, unit length.
 
-        Texts run one at a time: on 2 cores padding a batch costs more than it saves.
+        Texts run in batches of up to BATCH of similar length (sorted by token count), so padding
+        stays small: on 2 cores that costs ~35% less CPU per text than one text at a time
+        (bench/reports/ingest.md), with the same vectors up to float rounding.
         """
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        for row, text in enumerate(texts):
-            out[row] = self._embed_one(text)
+        encodings = self._tokenizer.encode_batch(list(texts)) if texts else []
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        for start in range(0, len(order), BATCH):
+            rows = order[start:start + BATCH]
+            out[rows] = self._embed_batch([encodings[i] for i in rows])
         return out
 
     async def embed(self, texts: list[str]) -> np.ndarray:
-        """Document vectors."""
-        return await asyncio.to_thread(self.embed_sync, texts)
+        """Document vectors. One batch of documents runs at a time: the model already uses every
+        thread it is given, and two at once would only fight over the cores (queries, one short
+        text each, do not wait for it)."""
+        return await asyncio.to_thread(self._embed_documents, texts)
+
+    def _embed_documents(self, texts: list[str]) -> np.ndarray:
+        with self._documents:
+            return self.embed_sync(texts)
 
     async def embed_query(self, query: str) -> np.ndarray:
         """One query's vector (with the model's query instruction, if it has one)."""
@@ -135,16 +151,19 @@ class Embedder:
     def count_tokens(self, text: str) -> int:
         return len(self._tokenizer.encode(text).ids)
 
-    def _embed_one(self, text: str) -> np.ndarray:
-        enc = self._tokenizer.encode(text)
-        ids = np.asarray([enc.ids], dtype=np.int64)
-        mask = np.asarray([enc.attention_mask], dtype=np.int64)
+    def _embed_batch(self, encodings: list) -> np.ndarray:
+        width = max(len(e.ids) for e in encodings)
+        ids = np.zeros((len(encodings), width), dtype=np.int64)
+        mask = np.zeros_like(ids)
+        for row, enc in enumerate(encodings):
+            ids[row, :len(enc.ids)] = enc.ids
+            mask[row, :len(enc.ids)] = enc.attention_mask
         feeds = {"input_ids": ids, "attention_mask": mask}
         if "token_type_ids" in self._input_names:
             feeds["token_type_ids"] = np.zeros_like(ids)
-        hidden = self._session.run(None, feeds)[0][0]
+        hidden = self._session.run(None, feeds)[0]
         if self.files.pooling == "cls":
-            vec = hidden[0]
+            vecs = hidden[:, 0]
         else:
-            vec = (hidden * mask[0][:, None]).sum(axis=0) / max(mask.sum(), 1)
-        return vec / max(float(np.linalg.norm(vec)), 1e-12)
+            vecs = (hidden * mask[:, :, None]).sum(axis=1) / np.maximum(mask.sum(axis=1, keepdims=True), 1)
+        return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)

@@ -4,6 +4,11 @@ serves search; while a re-embed runs, the target one is filled by every write to
 Which model is active lives in Postgres (`embedding_state`), so every process sees a switch:
 searches re-read it at most every `refresh_s`, writers read it under a share lock in the
 same transaction as their write, so a write can never land on the wrong side of a switch.
+
+Embedding and indexing are separate steps: the canonical vectors go to Postgres first
+(`embed_and_store`, in any process holding the models), then the index points are written from
+them (`index`) by the process that owns the index. The in-process Qdrant shard has one owner,
+the API process under `engram up`; a Qdrant server can be written by any process.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from uuid import UUID
 
 import asyncpg
 import numpy as np
@@ -25,7 +31,16 @@ from engram.store import memories as repo
 @dataclass(frozen=True)
 class Space:
     embedder: object  # engram.inference.embedder.Embedder or a remote embedder: name, dim, embed, embed_query
-    index: VectorIndex
+    index: VectorIndex | None  # None in a process that does not own the index
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What `embed_and_store` stored: the memories with at least one vector stored, and why a
+    model refused a text (a remote embedder's 400), one line per refusal."""
+
+    ids: list[UUID]
+    refusals: list[str]
 
 
 def index_point(memory, vector: np.ndarray) -> IndexPoint:
@@ -71,6 +86,44 @@ class EmbeddingSpaces:
                                    "restart it with ENGRAM_EMBEDDING_MODEL set to that model")
         return self._active, self._spaces[self._active]
 
+    async def embed_and_store(self, memories: list[Memory]) -> Stored:
+        """Embed `memories` with every model held (in batches) and store each canonical vector
+        where the state says (active: memories.embedding; target: memory_embeddings; any other:
+        nowhere). Idempotent. Raises EmbeddingUnavailable for an outage (nothing stored); a model
+        that refuses one text leaves that text without its vector and says so in `refusals`."""
+        vectors: dict[str, dict[UUID, np.ndarray]] = {}
+        refusals: list[str] = []
+        for model, space in self._spaces.items():
+            vectors[model] = await _embed_each_possible(space.embedder, memories, refusals)
+        stored: set[UUID] = set()
+        async with self._pool.acquire() as conn:
+            async with conn.transaction():
+                state = await embeddings.state(conn, lock="FOR SHARE")
+                for model, found in vectors.items():
+                    rows = list(found.items())
+                    if model == state.active:
+                        await repo.store_embeddings(conn, rows, model)
+                    elif model == state.target:
+                        await embeddings.store_target(conn, rows, model)
+                    else:
+                        continue
+                    stored.update(found)
+        return Stored(ids=[m.id for m in memories if m.id in stored], refusals=refusals)
+
+    async def index(self, memory_ids: list[UUID]) -> int:
+        """Write the index points of `memory_ids` from their canonical vectors, in every space
+        whose index this process owns. Idempotent. Returns how many points it wrote."""
+        state = await embeddings.state(self._pool)
+        written = 0
+        for model, space in self._spaces.items():
+            if space.index is None or model not in (state.active, state.target):
+                continue
+            rows = await embeddings.canonical(self._pool, memory_ids, model, active=model == state.active)
+            if rows:
+                await space.index.upsert([index_point(r, _array(r["embedding"])) for r in rows])
+                written += len(rows)
+        return written
+
     async def embed_memory(self, memory: Memory) -> list[str]:
         """Embed `memory` with every model held, store each canonical vector where the state says
         (active: memories.embedding; target: memory_embeddings; any other: nowhere), then upsert
@@ -98,16 +151,44 @@ class EmbeddingSpaces:
                         await embeddings.store_target(conn, [(memory.id, vector)], model)
                         stored.append(model)
         for model in stored:
-            await self._spaces[model].index.upsert([index_point(memory, vectors[model])])
+            if (index := self._spaces[model].index) is not None:
+                await index.upsert([index_point(memory, vectors[model])])
         if refused:
             raise EmbeddingUnavailable("; ".join(err.detail for err in refused), permanent=True)
         return stored
 
     async def close(self) -> None:
         for space in self._spaces.values():
-            await space.index.close()
+            if space.index is not None:
+                await space.index.close()
             if hasattr(space.embedder, "aclose"):
                 await space.embedder.aclose()
+
+
+def _array(vector) -> np.ndarray:
+    """A stored vector as numpy (pgvector's codec gives a numpy array or a `Vector`)."""
+    return np.asarray(vector.to_numpy() if hasattr(vector, "to_numpy") else vector, dtype=np.float32)
+
+
+async def _embed_each_possible(embedder, memories: list[Memory], refusals: list[str]) -> dict[UUID, np.ndarray]:
+    """Vectors for the memories' texts in one batch; if the embedder refuses the batch for a
+    text in it, text by text, so one refused text costs only its own vector."""
+    if len(memories) > 1:
+        try:
+            found = await embedder.embed([m.content for m in memories])
+            return {m.id: v for m, v in zip(memories, found)}
+        except EmbeddingUnavailable as err:
+            if not err.permanent:
+                raise
+    vectors = {}
+    for memory in memories:
+        try:
+            vectors[memory.id] = (await embedder.embed([memory.content]))[0]
+        except EmbeddingUnavailable as err:
+            if not err.permanent:
+                raise
+            refusals.append(f"{memory.id}: {err.detail}")
+    return vectors
 
 
 async def reembed_batch(pool: asyncpg.Pool, space: Space, model: str, limit: int) -> int:

@@ -86,3 +86,21 @@ async def switch(conn: asyncpg.Connection, target: str) -> int:
         target,
     )
     return int(moved.split()[-1])
+
+
+async def canonical(conn: asyncpg.Connection | asyncpg.Pool, memory_ids: list[UUID], model: str, *, active: bool
+                    ) -> list[asyncpg.Record]:
+    """The `model` vectors of `memory_ids` that Postgres holds, with what an index point carries."""
+    columns = """m.id, m.user_id, m.agent_id, m.run_id, m.type, m.tags, m.who, m.source_type, m.created_at,
+        m.is_deleted"""
+    if active:
+        return await conn.fetch(
+            f"SELECT {columns}, m.embedding FROM memories m WHERE m.id = ANY($1::uuid[]) AND m.embedding_model = $2"
+            " AND m.embedding IS NOT NULL",
+            memory_ids, model,
+        )
+    return await conn.fetch(
+        f"SELECT {columns}, e.embedding FROM memories m JOIN memory_embeddings e ON e.memory_id = m.id"
+        " WHERE m.id = ANY($1::uuid[]) AND e.model = $2",
+        memory_ids, model,
+    )

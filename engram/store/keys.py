@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
 from uuid import UUID
 
 import asyncpg
 
+from engram.domain import auth
 from engram.domain.models import ApiKey
 
 _COLUMNS = "id, name, role, scopes, created_at, revoked_at"
@@ -54,3 +56,14 @@ async def lock_active_superadmins(conn: asyncpg.Connection) -> list[UUID]:
         " ORDER BY id FOR UPDATE",
     )
     return [r["id"] for r in rows]
+
+
+async def install_admin(conn: asyncpg.Connection | asyncpg.Pool, key: str, name: str) -> None:
+    """Make `key` a valid admin key for every scope (idempotent): the first key of a deployment.
+    If another active key already has `name`, this one is named `<name>-<its id's start>`."""
+    key_id = uuid.uuid4()
+    for candidate in (name, f"{name}-{str(key_id)[:8]}"):
+        if await insert(conn, key_id=key_id, name=candidate, key_hash=auth.hash_key(key), role="admin",
+                        scopes=["*"]):
+            return
+    raise RuntimeError(f"could not install the admin key: the names {name!r} and its variant are taken")

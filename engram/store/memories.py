@@ -288,6 +288,22 @@ async def store_embedding(conn: asyncpg.Connection, memory_id: UUID, vector: np.
     )
 
 
+async def store_embeddings(conn: asyncpg.Connection, rows: list[tuple[UUID, np.ndarray]], model: str) -> None:
+    await conn.executemany(
+        "UPDATE memories SET embedding = $2, embedding_model = $3 WHERE id = $1",
+        [(memory_id, vector, model) for memory_id, vector in rows],
+    )
+
+
+async def set_extraction_status_many(conn: asyncpg.Connection, memory_ids: list[UUID], status: str) -> None:
+    await conn.execute("UPDATE memories SET extraction_status = $2 WHERE id = ANY($1::uuid[])", memory_ids, status)
+
+
+async def get_many(conn: asyncpg.Connection | asyncpg.Pool, memory_ids: list[UUID]) -> list[Memory]:
+    rows = await conn.fetch(f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.id = ANY($1::uuid[])", memory_ids)
+    return [row_to_memory(r) for r in rows]
+
+
 async def record_extraction(
     conn: asyncpg.Connection, memory_id: UUID, *, status: str, extracted: dict | None,
     model: str | None, category: str | None, actor: str,

@@ -202,22 +202,26 @@ CREATE TABLE memory_jobs (
     lease_expires_at timestamp with time zone,
     last_error text,
     last_error_code text,
-    workflow_id text NOT NULL,
+    workflow_id text,
     workflow_started_at timestamp with time zone,
     outcome text,
     created_at timestamp with time zone NOT NULL DEFAULT now(),
     updated_at timestamp with time zone NOT NULL DEFAULT now(),
-    CONSTRAINT memory_jobs_job_type_check CHECK ((job_type = ANY (ARRAY['extract'::text, 'decision'::text, 'graph'::text, 'reembed'::text]))),
+    parent_id uuid,
+    CONSTRAINT memory_jobs_job_type_check CHECK ((job_type = ANY (ARRAY['extract'::text, 'decision'::text, 'graph'::text, 'reembed'::text, 'import'::text]))),
     CONSTRAINT memory_jobs_memory_id_fkey FOREIGN KEY (memory_id) REFERENCES memories(id),
+    CONSTRAINT memory_jobs_parent_id_fkey FOREIGN KEY (parent_id) REFERENCES memory_jobs(id),
     CONSTRAINT memory_jobs_pkey PRIMARY KEY (id),
-    CONSTRAINT memory_jobs_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'leased'::text, 'retry_scheduled'::text, 'done'::text, 'dead'::text]))),
-    CONSTRAINT memory_jobs_workflow_id_key UNIQUE (workflow_id)
+    CONSTRAINT memory_jobs_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'leased'::text, 'retry_scheduled'::text, 'parked'::text, 'done'::text, 'dead'::text])))
 );
 CREATE INDEX memory_jobs_memory_idx ON public.memory_jobs USING btree (memory_id);
+CREATE INDEX memory_jobs_parent_idx ON public.memory_jobs USING btree (parent_id) WHERE (parent_id IS NOT NULL);
+CREATE INDEX memory_jobs_parked_idx ON public.memory_jobs USING btree (created_at) WHERE (status = 'parked'::text);
 CREATE UNIQUE INDEX memory_jobs_pkey ON public.memory_jobs USING btree (id);
 CREATE INDEX memory_jobs_status_idx ON public.memory_jobs USING btree (status, next_attempt_at);
+CREATE INDEX memory_jobs_unbatched_idx ON public.memory_jobs USING btree (created_at) WHERE ((workflow_id IS NULL) AND (status = 'pending'::text));
 CREATE INDEX memory_jobs_unstarted_idx ON public.memory_jobs USING btree (created_at) WHERE (workflow_started_at IS NULL);
-CREATE UNIQUE INDEX memory_jobs_workflow_id_key ON public.memory_jobs USING btree (workflow_id);
+CREATE INDEX memory_jobs_workflow_idx ON public.memory_jobs USING btree (workflow_id);
 
 CREATE TABLE memory_terms (
     memory_id uuid NOT NULL,
@@ -233,6 +237,17 @@ CREATE INDEX memory_terms_agent_idx ON public.memory_terms USING btree (agent_id
 CREATE UNIQUE INDEX memory_terms_pkey ON public.memory_terms USING btree (memory_id, term);
 CREATE INDEX memory_terms_run_idx ON public.memory_terms USING btree (run_id, term);
 CREATE INDEX memory_terms_user_idx ON public.memory_terms USING btree (user_id, term);
+
+CREATE TABLE provider_health (
+    provider text NOT NULL,
+    state text NOT NULL,
+    detail text,
+    changed_at timestamp with time zone NOT NULL DEFAULT now(),
+    checked_at timestamp with time zone NOT NULL DEFAULT now(),
+    CONSTRAINT provider_health_pkey PRIMARY KEY (provider),
+    CONSTRAINT provider_health_state_check CHECK ((state = ANY (ARRAY['up'::text, 'down'::text])))
+);
+CREATE UNIQUE INDEX provider_health_pkey ON public.provider_health USING btree (provider);
 
 CREATE TABLE relations (
     id uuid NOT NULL,

@@ -1,0 +1,84 @@
+"""ExtractionDrainWorkflow: the one watcher of the LLM providers, and the drain of parked
+extractions. One run per task queue (`drain_workflow_id`), started by every worker at start-up
+and kept alive by the dispatcher.
+
+While a provider is known to be down it probes it on a backoff (probe_initial_s, doubling to
+probe_max_s): one timer for the whole outage, however many extractions wait. While at least one
+provider is up and parked jobs are due, it takes them `batch_size` at a time, at most
+`rate_per_s` jobs a second, so a drain after a long outage leaves search its CPU. Otherwise it
+looks again every `idle_s`. It continues-as-new every `iterations_per_run` passes.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from activities.ingest import IngestActivities
+    from activities.models import DrainStepInput
+    from workflows.models import DrainInput, DrainState
+
+_LOOK = dict(start_to_close_timeout=timedelta(seconds=30),
+             retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)))
+
+
+def drain_workflow_id(task_queue: str) -> str:
+    return f"extraction-drain-{task_queue}"
+
+
+@workflow.defn
+class ExtractionDrainWorkflow:
+    def __init__(self) -> None:
+        self._state = DrainState(state="starting", down=[], drained=0, next_probe_in_s=None)
+
+    @workflow.run
+    async def run(self, inp: DrainInput) -> None:
+        probe_delay = inp.probe_initial_s
+        next_probe = workflow.now()
+        for _ in range(inp.iterations_per_run):
+            states = await workflow.execute_local_activity_method(IngestActivities.states, **_LOOK)
+            self._state.down = states.down
+            if states.down and workflow.now() >= next_probe:
+                self._state.state = "probing"
+                still = await workflow.execute_activity_method(IngestActivities.probe, **_LOOK)
+                self._state.down = [s.split(": ", 1)[0] for s in still]
+                if still:
+                    next_probe = workflow.now() + timedelta(seconds=probe_delay)
+                    probe_delay = min(probe_delay * 2, inp.probe_max_s)
+                else:
+                    probe_delay = inp.probe_initial_s
+                continue
+            if not states.down:
+                probe_delay = inp.probe_initial_s
+            if states.chain_down or states.parked_due == 0:
+                self._state.state = "probing" if states.chain_down else "idle"
+                await workflow.sleep(self._wait(inp, next_probe if states.down else None))
+                continue
+            self._state.state = "draining"
+            started = workflow.now()
+            settled = await workflow.execute_activity_method(
+                IngestActivities.drain,
+                DrainStepInput(owner=f"drain:{workflow.info().workflow_id}", limit=inp.batch_size),
+                start_to_close_timeout=timedelta(seconds=inp.batch_size * inp.extract_timeout_s + 60),
+                heartbeat_timeout=timedelta(seconds=15),
+                retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)),
+            )
+            self._state.drained += settled.taken
+            pace = timedelta(seconds=settled.taken / inp.rate_per_s) - (workflow.now() - started)
+            if pace > timedelta(0):
+                await workflow.sleep(pace)
+        workflow.continue_as_new(inp)
+
+    def _wait(self, inp: DrainInput, next_probe) -> timedelta:
+        wait = timedelta(seconds=inp.idle_s)
+        if next_probe is not None:
+            wait = min(wait, max(next_probe - workflow.now(), timedelta(milliseconds=100)))
+        self._state.next_probe_in_s = (next_probe - workflow.now()).total_seconds() if next_probe else None
+        return wait
+
+    @workflow.query
+    def state(self) -> DrainState:
+        return self._state
