@@ -226,8 +226,10 @@ class EngramChild:
         self.started_at = 0.0
 
     def start(self) -> None:
+        # Killed with `engram up`, not asked to stop: an API child finishing its requests would
+        # keep the port from the next `engram up`, and the worker's work is durable anyway.
         self.proc = subprocess.Popen([sys.executable, "-m", "worker.up", self.role], env=self.env,
-                                     start_new_session=True, preexec_fn=_die_with_parent)
+                                     start_new_session=True, preexec_fn=lambda: _die_with_parent(signal.SIGKILL))
         self.started_at = time.monotonic()
 
     def stop(self, timeout_s: float = 20) -> None:

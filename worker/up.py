@@ -25,7 +25,9 @@ from engram.domain import auth
 from engram.settings import Settings
 from engram.store import keys
 from engram.store import pool as pool_module
-from worker.embedded import CrashLoop, EmbeddedPostgres, EmbeddedTemporal, EngramChild, supervise
+from worker.embedded import (
+    CrashLoop, EmbeddedPostgres, EmbeddedTemporal, EngramChild, supervise, wait_until_free,
+)
 from worker.startup import prepare_store
 
 log = logging.getLogger("engram.up")
@@ -69,6 +71,7 @@ async def up(settings: Settings) -> None:
         key = await ensure_dev_key(settings)
         env = {**os.environ, "ENGRAM_POSTGRES_DSN": settings.postgres_dsn,
                "ENGRAM_TEMPORAL_ADDRESS": settings.temporal_address, "ENGRAM_DATA_DIR": str(settings.data_dir)}
+        wait_until_free(settings.http_port)  # a killed predecessor's API may still hold it
         for role in ("worker", "api"):
             services[role] = EngramChild(role, env)
             services[role].start()
