@@ -174,15 +174,19 @@ class MemoryService:
                         results.append(_item_error(index, err))
                         continue
                     stored += 1
-                    if isinstance(written, RememberResponse):
+                    if isinstance(written, RememberResponse):  # a replay: answer as the first request did
                         results.append(RememberItemResult(index=index, **written.model_dump()))
-                    elif written.duplicate:
-                        results.append(RememberItemResult(index=index, memory_id=written.memory_id, status="processed",
-                                                          warnings=["duplicate: this scope already holds this memory"]))
+                        continue
+                    if written.duplicate:
+                        answer = await self._answer_for_existing(
+                            written.memory_id, ["duplicate: this scope already holds this memory"], conn)
                     else:
                         status = "raw_saved" if down is not None and not req.raw else "queued"
-                        results.append(RememberItemResult(index=index, memory_id=written.memory_id,
-                                                          job_id=written.job_id, status=status))
+                        answer = RememberResponse(memory_id=written.memory_id, job_id=written.job_id, status=status)
+                    if req.idempotency_key:
+                        await idempotency.store_response(conn, principal.id, req.idempotency_key,
+                                                         answer.model_dump(mode="json"))
+                    results.append(RememberItemResult(index=index, **answer.model_dump()))
         return RememberBatchResponse(job_id=import_id, stored=stored, failed=len(items) - stored, results=results)
 
     async def _write(self, conn: asyncpg.Connection, principal: auth.Principal, req: RememberItem,

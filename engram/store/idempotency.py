@@ -34,8 +34,9 @@ async def find(conn: asyncpg.Connection | asyncpg.Pool, principal: str, key: str
     )
 
 
-async def store_response(pool: asyncpg.Pool, principal: str, key: str, response: dict) -> None:
-    await pool.execute(
+async def store_response(conn: asyncpg.Connection | asyncpg.Pool, principal: str, key: str, response: dict
+                         ) -> None:
+    await conn.execute(
         "UPDATE idempotency_keys SET response = $3 WHERE principal = $1 AND key = $2 AND response IS NULL",
         principal, key, response,
     )
