@@ -407,7 +407,8 @@ async def test_bulk_remember_stores_the_valid_items_and_answers_each_bad_one_wit
         assert [results[i]["status"] for i in (0, 1, 7)] == ["queued"] * 3
         assert len({results[i]["memory_id"] for i in (0, 1, 7)}) == 3
         # The duplicate inside the batch points at the memory stored for its first occurrence.
-        assert results[2]["memory_id"] == results[0]["memory_id"] and results[2]["status"] == results[0]["status"] == "queued"
+        assert results[2]["memory_id"] == results[0]["memory_id"]
+        assert results[2]["status"] == results[0]["status"] == "queued"
         assert results[2]["warnings"] and results[2]["warnings"][0].startswith("duplicate")
         assert await app.count("SELECT count(*) FROM memories") == 3
         assert await app.count("SELECT count(*) FROM memories WHERE content LIKE '%secret%' OR content LIKE '%Oslo%'"
