@@ -161,5 +161,5 @@ async def write_memory(conn, settings: Settings, corpus: Corpus, scope_index: in
     if not await repo.insert_raw(conn, draft, memory_id=memory_id, actor=ACTOR, stemmer=settings.bm25_stemmer,
                                  extraction_status="skipped"):
         raise RuntimeError(f"{draft.scope.user_id} already holds {draft.content!r}")
-    await repo.store_embedding(conn, memory_id, corpus.vectors[entry_index], corpus.model)
+    await repo.store_embeddings(conn, [(memory_id, corpus.vectors[entry_index])], corpus.model)
     return await repo.get(conn, memory_id)

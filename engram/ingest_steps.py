@@ -66,13 +66,12 @@ async def embed_batch(pool: asyncpg.Pool, spaces: EmbeddingSpaces, job_ids: list
     memories = await repo.get_many(pool, [j.memory_id for j in pending])
     stored = await spaces.embed_and_store(memories)
     if stored.refusals:
-        by_memory = {j.memory_id: j.id for j in pending}
+        job_of = {j.memory_id: j.id for j in pending}
         async with pool.acquire() as conn:
-            for refusal in stored.refusals:
-                memory_id = UUID(refusal.split(":", 1)[0])
-                await jobs.note_error(conn, by_memory[memory_id], error=refusal, code="EmbeddingRejected")
+            for memory_id, why in stored.refusals.items():
+                await jobs.note_error(conn, job_of[memory_id], error=why, code="EmbeddingRejected")
         log.warning("embedder refused texts; they are searchable by BM25 only",
-                    extra={"count": len(stored.refusals), "detail": stored.refusals[0]})
+                    extra={"count": len(stored.refusals), "detail": next(iter(stored.refusals.values()))})
     return Embedded(memory_ids=stored.ids, refused=len(stored.refusals))
 
 

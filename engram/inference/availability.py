@@ -19,7 +19,7 @@ import asyncpg
 
 from engram.domain.extraction import Extraction
 from engram.inference.model_servers import ProviderError
-from engram.inference.providers import LLMProvider, ProviderChainError
+from engram.inference.providers import LLMProvider, ProviderChainError, with_fallback_notes
 from engram.store import provider_health
 
 log = logging.getLogger(__name__)
@@ -115,10 +115,7 @@ class Availability:
                 if is_outage(err):
                     await self.record(provider, False, f"{err.code}: {err.detail}")
                 continue
-            if errors:
-                notes = [f"provider {e.provider} failed ({e.code}: {e.detail}); used {provider.name}" for e in errors]
-                found = found.model_copy(update={"warnings": notes + found.warnings})
-            return found
+            return with_fallback_notes(found, errors, provider)
         raise ProviderChainError(errors)
 
     async def probe_down(self) -> list[str]:

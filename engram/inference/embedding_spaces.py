@@ -37,10 +37,10 @@ class Space:
 @dataclass(frozen=True)
 class Stored:
     """What `embed_and_store` stored: the memories with at least one vector stored, and why a
-    model refused a text (a remote embedder's 400), one line per refusal."""
+    model refused a memory's text (a remote embedder's 400), by memory."""
 
     ids: list[UUID]
-    refusals: list[str]
+    refusals: dict[UUID, str]
 
 
 def index_point(memory, vector: np.ndarray) -> IndexPoint:
@@ -92,7 +92,7 @@ class EmbeddingSpaces:
         nowhere). Idempotent. Raises EmbeddingUnavailable for an outage (nothing stored); a model
         that refuses one text leaves that text without its vector and says so in `refusals`."""
         vectors: dict[str, dict[UUID, np.ndarray]] = {}
-        refusals: list[str] = []
+        refusals: dict[UUID, str] = {}
         for model, space in self._spaces.items():
             vectors[model] = await _embed_each_possible(space.embedder, memories, refusals)
         stored: set[UUID] = set()
@@ -124,38 +124,15 @@ class EmbeddingSpaces:
                 written += len(rows)
         return written
 
-    async def embed_memory(self, memory: Memory) -> list[str]:
-        """Embed `memory` with every model held, store each canonical vector where the state says
-        (active: memories.embedding; target: memory_embeddings; any other: nowhere), then upsert
-        the index points. Idempotent. Returns the models whose vectors were stored.
-
-        Raises EmbeddingUnavailable for an outage (nothing stored), or with `permanent` after
-        storing the other models' vectors when a model refuses this text."""
-        vectors, refused = {}, []
-        for model, space in self._spaces.items():
-            try:
-                vectors[model] = (await space.embedder.embed([memory.content]))[0]
-            except EmbeddingUnavailable as err:
-                if not err.permanent:
-                    raise  # an outage: the caller retries the whole, idempotent step
-                refused.append(err)  # this model refuses this text; the other models still store theirs
-        stored = []
-        async with self._pool.acquire() as conn:
-            async with conn.transaction():
-                state = await embeddings.state(conn, lock="FOR SHARE")
-                for model, vector in vectors.items():
-                    if model == state.active:
-                        await repo.store_embedding(conn, memory.id, vector, model)
-                        stored.append(model)
-                    elif model == state.target:
-                        await embeddings.store_target(conn, [(memory.id, vector)], model)
-                        stored.append(model)
-        for model in stored:
-            if (index := self._spaces[model].index) is not None:
-                await index.upsert([index_point(memory, vectors[model])])
-        if refused:
-            raise EmbeddingUnavailable("; ".join(err.detail for err in refused), permanent=True)
-        return stored
+    async def embed_memory(self, memory: Memory) -> None:
+        """`embed_and_store` for one memory, then its index points where this process owns the
+        index. Raises EmbeddingUnavailable for an outage (nothing stored), or with `permanent`
+        after storing the other models' vectors when a model refuses this text."""
+        stored = await self.embed_and_store([memory])
+        if stored.ids:
+            await self.index(stored.ids)
+        if stored.refusals:
+            raise EmbeddingUnavailable("; ".join(stored.refusals.values()), permanent=True)
 
     async def close(self) -> None:
         for space in self._spaces.values():
@@ -170,7 +147,8 @@ def _array(vector) -> np.ndarray:
     return np.asarray(vector.to_numpy() if hasattr(vector, "to_numpy") else vector, dtype=np.float32)
 
 
-async def _embed_each_possible(embedder, memories: list[Memory], refusals: list[str]) -> dict[UUID, np.ndarray]:
+async def _embed_each_possible(embedder, memories: list[Memory], refusals: dict[UUID, str]
+                               ) -> dict[UUID, np.ndarray]:
     """Vectors for the memories' texts in one batch; if the embedder refuses the batch for a
     text in it, text by text, so one refused text costs only its own vector."""
     if len(memories) > 1:
@@ -187,7 +165,7 @@ async def _embed_each_possible(embedder, memories: list[Memory], refusals: list[
         except EmbeddingUnavailable as err:
             if not err.permanent:
                 raise
-            refusals.append(f"{memory.id}: {err.detail}")
+            refusals[memory.id] = "; ".join(filter(None, (refusals.get(memory.id), err.detail)))
     return vectors
 
 

@@ -454,8 +454,13 @@ async def extract_with_chain(chain: list[LLMProvider], text: str) -> Extraction:
             )
             errors.append(exc)
             continue
-        if errors:
-            fallbacks = [f"provider {e.provider} failed ({e.code}: {e.detail}); used {provider.name}" for e in errors]
-            extraction = extraction.model_copy(update={"warnings": fallbacks + extraction.warnings})
-        return extraction
+        return with_fallback_notes(extraction, errors, provider)
     raise ProviderChainError(errors)
+
+
+def with_fallback_notes(extraction: Extraction, errors: list[ProviderError], used: LLMProvider) -> Extraction:
+    """`extraction` by `used`, with one warning per provider that failed before it."""
+    if not errors:
+        return extraction
+    notes = [f"provider {e.provider} failed ({e.code}: {e.detail}); used {used.name}" for e in errors]
+    return extraction.model_copy(update={"warnings": notes + extraction.warnings})

@@ -188,6 +188,11 @@ class Pending:
     max_attempts: int
 
 
+def _pending(row: asyncpg.Record) -> Pending:
+    return Pending(row["id"], row["memory_id"], row["payload"].get("extract", True), row["attempt_count"],
+                   row["max_attempts"])
+
+
 async def of_batch(conn: asyncpg.Connection | asyncpg.Pool, job_ids: list[UUID], *, status: str = "pending"
                    ) -> list[Pending]:
     """The jobs among `job_ids` still in `status`, oldest first."""
@@ -196,8 +201,7 @@ async def of_batch(conn: asyncpg.Connection | asyncpg.Pool, job_ids: list[UUID],
         " WHERE id = ANY($1::uuid[]) AND status = $2 ORDER BY created_at",
         job_ids, status,
     )
-    return [Pending(r["id"], r["memory_id"], r["payload"].get("extract", True), r["attempt_count"],
-                    r["max_attempts"]) for r in rows]
+    return [_pending(r) for r in rows]
 
 
 async def publish_first_pass(conn: asyncpg.Connection, job_ids: list[UUID], outcome: str) -> None:
@@ -268,8 +272,7 @@ async def lease_parked(pool: asyncpg.Pool, owner: str, *, limit: int, lease_s: f
         """,
         owner, limit, lease_s,
     )
-    return [Pending(r["id"], r["memory_id"], r["payload"].get("extract", True), r["attempt_count"],
-                    r["max_attempts"]) for r in rows]
+    return [_pending(r) for r in rows]
 
 
 @dataclass(frozen=True)

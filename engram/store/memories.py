@@ -281,13 +281,6 @@ async def session_predecessors(conn: asyncpg.Connection | asyncpg.Pool, ids: lis
     return {r["id"]: r["prev"] for r in rows if r["prev"] is not None}
 
 
-async def store_embedding(conn: asyncpg.Connection, memory_id: UUID, vector: np.ndarray, model: str) -> None:
-    await conn.execute(
-        "UPDATE memories SET embedding = $2, embedding_model = $3 WHERE id = $1",
-        memory_id, vector, model,
-    )
-
-
 async def store_embeddings(conn: asyncpg.Connection, rows: list[tuple[UUID, np.ndarray]], model: str) -> None:
     await conn.executemany(
         "UPDATE memories SET embedding = $2, embedding_model = $3 WHERE id = $1",
