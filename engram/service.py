@@ -146,52 +146,69 @@ class MemoryService:
         every provider is down), in one transaction with a savepoint per item, under one import
         job whose progress counts the items' processing. An item that is invalid, forbidden or
         conflicts gets its own error and is not stored; the others are. Raises ValidationFailed
-        for more than `remember_batch_max` items."""
+        for more than `remember_batch_max` items.
+
+        Items are written in (scope, content) order, so two imports holding the same texts
+        cannot deadlock on them, and their BM25 statistics are written once, at the end."""
         principal.require("remember")
         limit = self._settings.remember_batch_max
         if len(items) > limit:
             raise ValidationFailed(f"items: at most {limit} per request (got {len(items)}); split the import")
         down = await self._availability.chain_down()
-        results: list[RememberItemResult] = []
+        results: dict[int, RememberItemResult] = {}
+        valid: list[tuple[int, RememberItem]] = []
+        for index, item in enumerate(items):
+            try:
+                req = RememberItem.model_validate(item)
+                principal.require("remember", req.scope)
+            except PydanticValidationError as err:
+                results[index] = _item_error(index, ValidationFailed(_describe(err)))
+            except EngramError as err:
+                results[index] = _item_error(index, err)
+            else:
+                valid.append((index, req))
+        valid.sort(key=lambda item: (_scope_order(item[1].scope), normalize(item[1].content)))
         import_id = uuid.uuid4()
-        stored = 0
+        stats = repo.StatsDelta()
         async with self._pool.acquire() as conn:
             async with conn.transaction():
                 await jobs.insert(conn, job_id=import_id, memory_id=None, job_type="import", max_attempts=1,
                                   payload={"principal": principal.id, "items": len(items)})
-                for index, item in enumerate(items):
+                for index, req in valid:
+                    item_stats = repo.StatsDelta()
                     try:
-                        req = RememberItem.model_validate(item)
-                        principal.require("remember", req.scope)
                         async with conn.transaction():  # a savepoint: a failed item undoes only itself
                             written = await self._write(conn, principal, req, request_id,
                                                         raw_saved=down is not None and not req.raw,
-                                                        parent_id=import_id)
-                    except PydanticValidationError as err:
-                        results.append(_item_error(index, ValidationFailed(_describe(err))))
-                        continue
+                                                        parent_id=import_id, stats=item_stats)
                     except EngramError as err:
-                        results.append(_item_error(index, err))
+                        results[index] = _item_error(index, err)
                         continue
-                    stored += 1
-                    if isinstance(written, RememberResponse):  # a replay: answer as the first request did
-                        results.append(RememberItemResult(index=index, **written.model_dump()))
-                        continue
-                    if written.duplicate:
-                        answer = await self._answer_for_existing(
-                            written.memory_id, ["duplicate: this scope already holds this memory"], conn)
-                    else:
-                        status = "raw_saved" if down is not None and not req.raw else "queued"
-                        answer = RememberResponse(memory_id=written.memory_id, job_id=written.job_id, status=status)
-                    if req.idempotency_key:
-                        await idempotency.store_response(conn, principal.id, req.idempotency_key,
-                                                         answer.model_dump(mode="json"))
-                    results.append(RememberItemResult(index=index, **answer.model_dump()))
-        return RememberBatchResponse(job_id=import_id, stored=stored, failed=len(items) - stored, results=results)
+                    stats.merge(item_stats)
+                    results[index] = await self._item_answer(conn, principal, index, req, written, down)
+                await repo.add_stats(conn, stats)
+        stored = sum(r.error is None for r in results.values())
+        return RememberBatchResponse(job_id=import_id, stored=stored, failed=len(items) - stored,
+                                     results=[results[i] for i in range(len(items))])
+
+    async def _item_answer(self, conn: asyncpg.Connection, principal: auth.Principal, index: int, req: RememberItem,
+                           written: _Written | RememberResponse, down: str | None) -> RememberItemResult:
+        """A stored bulk item's result, kept for its idempotency key."""
+        if isinstance(written, RememberResponse):  # a replay: answer as the first request did
+            return RememberItemResult(index=index, **written.model_dump())
+        if written.duplicate:
+            answer = await self._answer_for_existing(
+                written.memory_id, ["duplicate: this scope already holds this memory"], conn)
+        else:
+            status = "raw_saved" if down is not None and not req.raw else "queued"
+            answer = RememberResponse(memory_id=written.memory_id, job_id=written.job_id, status=status)
+        if req.idempotency_key:
+            await idempotency.store_response(conn, principal.id, req.idempotency_key, answer.model_dump(mode="json"))
+        return RememberItemResult(index=index, **answer.model_dump())
 
     async def _write(self, conn: asyncpg.Connection, principal: auth.Principal, req: RememberItem,
-                     request_id: str | None, *, raw_saved: bool, parent_id: UUID | None = None
-                     ) -> _Written | RememberResponse:
+                     request_id: str | None, *, raw_saved: bool, parent_id: UUID | None = None,
+                     stats: repo.StatsDelta | None = None) -> _Written | RememberResponse:
         """Write the memory and its job in the caller's transaction; or the duplicate it is; or,
         for an idempotency key already bound, the answer the first request gave."""
         memory_id, job_id = uuid.uuid4(), uuid.uuid4()
@@ -204,7 +221,8 @@ class MemoryService:
             return await self._replay(conn, principal, req.idempotency_key, request_hash)
         if await repo.insert_raw(conn, req.draft(), memory_id=memory_id, actor=principal.id,
                                  stemmer=self._settings.bm25_stemmer,
-                                 extraction_status="unprocessed" if raw_saved else "pending", request_id=request_id):
+                                 extraction_status="unprocessed" if raw_saved else "pending", request_id=request_id,
+                                 stats=stats):
             await jobs.insert(conn, job_id=job_id, memory_id=memory_id, job_type="extract",
                               max_attempts=self._settings.extraction_max_attempts, payload={"extract": not req.raw},
                               parent_id=parent_id, outcome="raw_saved" if raw_saved else None)
@@ -334,6 +352,10 @@ class MemoryService:
 
 def _scope_of(memory: Memory) -> Scope:
     return Scope.model_construct(user_id=memory.user_id, agent_id=memory.agent_id, run_id=memory.run_id)
+
+
+def _scope_order(scope: Scope) -> tuple[str, str, str]:
+    return (scope.user_id or "", scope.agent_id or "", scope.run_id or "")
 
 
 def _item_error(index: int, err: EngramError) -> RememberItemResult:

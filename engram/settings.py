@@ -47,7 +47,8 @@ class Settings(BaseSettings):
     # Through the service on LoCoMo dev, bge-small gives R@10 .721 / nDCG@10 .537 and MiniLM
     # .701 / .521 (bench/reports/locomo.md).
     embedding_model: Literal["all-MiniLM-L6-v2", "bge-small-en-v1.5"] = "bge-small-en-v1.5"
-    embedding_threads: int = 2
+    # Local model runs side by side (one thread each) for documents; a query runs in its own thread.
+    embedding_threads: int = Field(default=2, ge=1)
     # Changing the model re-embeds every memory in batches of this size (a ReembedWorkflow).
     reembed_batch_size: int = 64
     # Or a remote embedder, held to local_only and provider_allowlist like the LLM providers.
@@ -80,7 +81,7 @@ class Settings(BaseSettings):
     # The dispatcher: it wakes on every new job and every interval_s, waits batch_window_ms for a
     # burst to gather, and keeps at most inflight_batches batches of batch_size memories running.
     dispatcher_interval_s: float = 1.0
-    ingest_batch_size: int = Field(default=64, ge=1, le=1000)
+    ingest_batch_size: int = Field(default=128, ge=1, le=1000)
     ingest_batch_window_ms: int = Field(default=20, ge=0)
     ingest_inflight_batches: int = Field(default=4, ge=1)
     # `auto` answers at once (`queued`, with a warning) instead of waiting for the first pass

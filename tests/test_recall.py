@@ -174,10 +174,7 @@ async def test_unknown_route_uses_the_error_contract(app):
     assert response.json()["error"]["type"] == "not_found"
 
 
-async def test_bm25_statistics_are_kept_incrementally_by_the_write_path(app):
-    await _load(app, scope={"user_id": "alice"})
-    await _load(app, scope={"user_id": "alice", "agent_id": "x"})
-    await app.remember(CORPUS[0], scope={"user_id": "alice"}, mode="async")  # a duplicate counts once
+async def _assert_stats_match_a_recount(app) -> list:
     recount = await app.pool.fetch(
         "SELECT scope_key, count(*) AS n, sum(token_count) AS len FROM memories WHERE NOT is_deleted GROUP BY 1")
     stats = await app.pool.fetch("SELECT scope_key, doc_count AS n, total_len AS len FROM bm25_scope_stats")
@@ -187,6 +184,14 @@ async def test_bm25_statistics_are_kept_incrementally_by_the_write_path(app):
         " GROUP BY 1, 2")
     df_stats = await app.pool.fetch("SELECT scope_key, term, df FROM bm25_term_stats")
     assert sorted(map(tuple, df_recount)) == sorted(map(tuple, df_stats))
+    return stats
+
+
+async def test_bm25_statistics_are_kept_incrementally_by_the_write_path(app):
+    await _load(app, scope={"user_id": "alice"})
+    await _load(app, scope={"user_id": "alice", "agent_id": "x"})
+    await app.remember(CORPUS[0], scope={"user_id": "alice"}, mode="async")  # a duplicate counts once
+    stats = await _assert_stats_match_a_recount(app)
     # A user-wide search sums both exact scopes: N = 12, df("ramen") = 2.
     hit = (await app.search("ramen", scope={"user_id": "alice"}))[0]
     doclen = await app.count("SELECT token_count FROM memories WHERE id = $1", uuid.UUID(hit["memory"]["id"]))
@@ -194,6 +199,20 @@ async def test_bm25_statistics_are_kept_incrementally_by_the_write_path(app):
     k1, b = app.settings.bm25_k1, app.settings.bm25_b
     expected = math.log(1 + (12 - 2 + 0.5) / 2.5) * (k1 + 1) / (1 + k1 * (1 - b + b * doclen / avgdl))
     assert hit["components"]["bm25"] == pytest.approx(expected, rel=1e-6)
+
+
+async def test_a_bulk_import_writes_its_bm25_statistics_once_and_exactly(app):
+    """A bulk remember adds its items' statistics in one write at its end: duplicates (in the
+    batch and already stored), an item refused and a second scope leave them equal to a recount."""
+    await _load(app, scope={"user_id": "alice"})
+    items = [{"content": text, "scope": {"user_id": "alice"}} for text in CORPUS]  # all already stored
+    items += [{"content": text, "scope": {"user_id": "bob"}} for text in CORPUS + CORPUS[:3]]
+    items += [{"content": "", "scope": {"user_id": "bob"}}, {"content": "Bob grows tomatoes", "scope": {}}]
+    response = await app.post("/api/memory/remember/batch", {"items": items})
+    assert response.status_code == 200, response.text
+    assert response.json()["failed"] == 2
+    await _assert_stats_match_a_recount(app)
+    assert await app.count("SELECT doc_count FROM bm25_scope_stats WHERE user_id = 'bob'") == len(CORPUS)
 
 
 async def test_a_lone_match_scores_as_the_best_candidate_not_as_worthless(app):

@@ -4,7 +4,10 @@ IngestWorkflow each, and starts every other job whose run nobody started (a re-e
 It wakes when a job is written (Postgres NOTIFY on jobs.NEW_JOBS) and every `interval_s`
 anyway, lets a burst gather for `window_s`, and keeps at most `inflight` batches running: the
 rest wait, durably, in the outbox. That is the write path's backpressure: a burst of 10,000
-memories is 157 batches taken a few at a time, not 10,000 workflows at once. Safe in several
+memories is 157 batches taken a few at a time, not 10,000 workflows at once. Bounding batches,
+not memories, also sizes them to the load (group commit): while the batches in flight run,
+the next one gathers every remember that arrives, so a steady stream of single remembers is
+embedded and orchestrated dozens at a time rather than one or two. Safe in several
 processes: a job joins one batch (FOR UPDATE SKIP LOCKED), and a batch's workflow id is fixed
 when it is formed, so it starts once.
 """
@@ -66,15 +69,15 @@ class Dispatcher:
         for workflow_id, job_ids in await jobs.unstarted_batches(self._pool, limit=100):
             if not await self._pipeline.start_batch(workflow_id, job_ids):
                 return
-        room = s.ingest_inflight_batches * s.ingest_batch_size - await jobs.in_flight(self._pool)
+        room = s.ingest_inflight_batches - await jobs.batches_in_flight(self._pool)
         while room > 0:
             workflow_id = jobs.batch_workflow_id(uuid.uuid4())
-            job_ids = await jobs.form_batch(self._pool, workflow_id, min(s.ingest_batch_size, room))
+            job_ids = await jobs.form_batch(self._pool, workflow_id, s.ingest_batch_size)
             if not job_ids:
                 break
             if not await self._pipeline.start_batch(workflow_id, job_ids):
                 return
-            room -= len(job_ids)
+            room -= 1
         for job in await jobs.unstarted(self._pool, limit=100):
             if not await self._pipeline.start_job(job):
                 return

@@ -372,10 +372,11 @@ async def finish(conn: asyncpg.Connection, job_id: UUID, *, status: str, error: 
     return bool(result)
 
 
-async def in_flight(conn: asyncpg.Connection | asyncpg.Pool) -> int:
-    """Remember jobs in a batch that has not finished them yet."""
+async def batches_in_flight(conn: asyncpg.Connection | asyncpg.Pool) -> int:
+    """Batches formed and not yet finished (a batch is in flight while any of its remember jobs
+    is still pending)."""
     return await conn.fetchval(
-        "SELECT count(*) FROM memory_jobs WHERE status = 'pending' AND job_type = 'extract'"
+        "SELECT count(DISTINCT workflow_id) FROM memory_jobs WHERE status = 'pending' AND job_type = 'extract'"
         " AND workflow_id IS NOT NULL"
     )
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from datetime import datetime
 from uuid import UUID
 
@@ -28,11 +29,15 @@ def row_to_memory(row: asyncpg.Record) -> Memory:
 
 
 async def insert_raw(conn: asyncpg.Connection, draft: MemoryDraft, *, memory_id: UUID, actor: str,
-                     stemmer: str, extraction_status: str, request_id: str | None = None) -> bool:
+                     stemmer: str, extraction_status: str, request_id: str | None = None,
+                     stats: StatsDelta | None = None) -> bool:
     """Write a memory as it arrives, in the caller's transaction: the row, its BM25 postings and
     scope statistics (terms by `stemmer`), and its ADD history event. Returns False, writing
     nothing, when a live memory of exactly its scope holds the same content: the unique partial
-    index decides, so concurrent identical writes leave one row."""
+    index decides, so concurrent identical writes leave one row.
+
+    With `stats`, the statistics are added to it instead, for the caller to write once for many
+    memories (`add_stats`) before its transaction commits."""
     normalized = normalize(draft.content)
     tf, length = term_frequencies(draft.content, stemmer)
     scope = draft.scope
@@ -52,7 +57,10 @@ async def insert_raw(conn: asyncpg.Connection, draft: MemoryDraft, *, memory_id:
     if not inserted:
         return False
     await insert_postings(conn, memory_id, scope, tf)
-    await add_to_bm25_stats(conn, scope, tf, length)
+    if stats is None:
+        await add_to_bm25_stats(conn, scope, tf, length)
+    else:
+        stats.add(scope, tf, length)
     await insert_history(conn, memory_id=memory_id, event="ADD", version=1, actor_type="api", actor_id=actor,
                          new_content=draft.content, new_metadata=draft.metadata, request_id=request_id,
                          session_id=draft.session_id)
@@ -119,30 +127,68 @@ async def list_page(
     return [row_to_memory(r) for r in rows]
 
 
+@dataclass
+class StatsDelta:
+    """BM25 statistics of new memories not yet written: per exact scope, (memories, total
+    length) and each term's document count."""
+
+    docs: dict[tuple, list[int]] = field(default_factory=dict)
+    df: dict[tuple, Counter] = field(default_factory=dict)
+
+    def add(self, scope: Scope, tf: dict[str, int], length: int) -> None:
+        key = (scope.user_id, scope.agent_id, scope.run_id)
+        docs = self.docs.setdefault(key, [0, 0])
+        docs[0] += 1
+        docs[1] += length
+        self.df.setdefault(key, Counter()).update(tf.keys())
+
+    def merge(self, other: StatsDelta) -> None:
+        for key, (count, length) in other.docs.items():
+            docs = self.docs.setdefault(key, [0, 0])
+            docs[0] += count
+            docs[1] += length
+        for key, df in other.df.items():
+            self.df.setdefault(key, Counter()).update(df)
+
+
+async def add_stats(conn: asyncpg.Connection, delta: StatsDelta) -> None:
+    """Write `delta`: one update per scope and one per term, however many memories it counts.
+    Scopes are taken in sorted order, then each scope's terms in sorted order, the order
+    add_to_bm25_stats locks them in, so writers never deadlock on these rows. (A term updated
+    once per memory in one transaction leaves a row version per update, which every later
+    update in it walks past: 500 memories cost quadratic time.)"""
+    for key in sorted(delta.docs, key=lambda k: tuple("" if v is None else v for v in k)):
+        count, length = delta.docs[key]
+        await conn.execute(
+            """
+            INSERT INTO bm25_scope_stats (user_id, agent_id, run_id, doc_count, total_len)
+            VALUES ($1, $2, $3, $4, $5)
+            ON CONFLICT (scope_key) DO UPDATE SET doc_count = bm25_scope_stats.doc_count + EXCLUDED.doc_count,
+                total_len = bm25_scope_stats.total_len + EXCLUDED.total_len
+            """,
+            *key, count, length,
+        )
+        terms = sorted(delta.df[key])
+        if terms:
+            await conn.execute(
+                """
+                INSERT INTO bm25_term_stats (scope_key, term, df)
+                SELECT engram_scope_key($1, $2, $3), t.term, t.df FROM unnest($4::text[], $5::int[]) AS t(term, df)
+                ON CONFLICT (scope_key, term) DO UPDATE SET df = bm25_term_stats.df + EXCLUDED.df
+                """,
+                *key, terms, [delta.df[key][t] for t in terms],
+            )
+
+
 async def add_to_bm25_stats(conn: asyncpg.Connection, scope: Scope, tf: dict[str, int], length: int) -> None:
     """Count a new live memory in its exact scope's BM25 statistics (same transaction as the insert).
 
     The scope row is updated first and terms in sorted order, so concurrent writers to one
     scope queue on that row instead of deadlocking on term rows.
     """
-    await conn.execute(
-        """
-        INSERT INTO bm25_scope_stats (user_id, agent_id, run_id, doc_count, total_len)
-        VALUES ($1, $2, $3, 1, $4)
-        ON CONFLICT (scope_key) DO UPDATE SET doc_count = bm25_scope_stats.doc_count + 1,
-            total_len = bm25_scope_stats.total_len + EXCLUDED.total_len
-        """,
-        scope.user_id, scope.agent_id, scope.run_id, length,
-    )
-    if tf:
-        await conn.execute(
-            """
-            INSERT INTO bm25_term_stats (scope_key, term, df)
-            SELECT engram_scope_key($1, $2, $3), term, 1 FROM unnest($4::text[]) AS term
-            ON CONFLICT (scope_key, term) DO UPDATE SET df = bm25_term_stats.df + 1
-            """,
-            scope.user_id, scope.agent_id, scope.run_id, sorted(tf),
-        )
+    delta = StatsDelta()
+    delta.add(scope, tf, length)
+    await add_stats(conn, delta)
 
 
 async def bm25_scores(
