@@ -386,3 +386,39 @@ async def test_bm25_statistics_of_colliding_scopes_stay_apart(app):
         hits = response.json()["results"]
         assert [h["memory"]["id"] for h in hits] == [ids[name]], f"scope {name}: {hits}"
         assert hits[0]["components"]["bm25"] == pytest.approx(math.log(1 + 0.5 / 1.5), rel=1e-6), name
+
+
+# -- 3. the bulk endpoint writes by the same rules ----------------------------------------------
+
+@pytest.mark.parametrize("first, second", SCOPE_PAIRS)
+async def test_a_bulk_import_keeps_colliding_scopes_apart_and_collapses_only_true_duplicates(shelf, first, second):
+    text = _own_text("imported")
+    items = [{"content": text, "scope": scope} for scope in (first, second, second, first)]
+    response = await shelf.post("/api/memory/remember/batch", {"items": items})
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert all(r["error"] is None for r in results), results
+    assert results[0]["memory_id"] != results[1]["memory_id"]
+    assert results[2]["memory_id"] == results[1]["memory_id"] and results[2]["warnings"][0].startswith("duplicate")
+    assert results[3]["memory_id"] == results[0]["memory_id"] and results[3]["warnings"][0].startswith("duplicate")
+    assert await shelf.count("SELECT count(*) FROM memories WHERE content = $1", text) == 2
+    assert await _scope_of(shelf, results[0]["memory_id"], shelf.admin_key) == first
+    assert await _scope_of(shelf, results[1]["memory_id"], shelf.admin_key) == second
+
+
+@by_grants
+async def test_a_bulk_import_stores_exactly_the_items_whose_scope_the_key_may_write(shelf, grants):
+    key = await shelf.key("writer", grants)
+    text = _own_text("bulk grant")
+    items = [{"content": f"{text} {n}", "scope": as_dict(scope)} for n, scope in enumerate(SCOPES)]
+    response = await shelf.post("/api/memory/remember/batch", {"items": items}, key=key)
+    assert response.status_code == 200, response.text
+    wrong = []
+    for scope, result in zip(SCOPES, response.json()["results"]):
+        allowed = grants_cover(grants, scope)
+        if allowed and (result["error"] or await _scope_of(shelf, result["memory_id"], key) != as_dict(scope)):
+            wrong.append(f"{label(scope)}: not stored in its scope: {result}")
+        if not allowed and (result["error"] or {}).get("type") != "forbidden":
+            wrong.append(f"{label(scope)}: expected forbidden, got {result}")
+    stored = await shelf.count("SELECT count(*) FROM memories WHERE content LIKE $1", f"{text} %")
+    assert not wrong and stored == sum(grants_cover(grants, s) for s in SCOPES), "\n".join(wrong)
