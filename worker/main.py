@@ -63,7 +63,7 @@ def run_api(settings: Settings) -> None:
             await runtime.close()
 
     uvicorn.run(create_app(runtime_factory), host=settings.http_host, port=settings.http_port, log_config=None,
-                access_log=False)
+                access_log=False, loop="asyncio", http="httptools")  # httptools: see pyproject.toml
 
 
 def worker_main() -> None:

@@ -374,10 +374,11 @@ async def finish(conn: asyncpg.Connection, job_id: UUID, *, status: str, error: 
 
 async def batches_in_flight(conn: asyncpg.Connection | asyncpg.Pool) -> int:
     """Batches formed and not yet finished (a batch is in flight while any of its remember jobs
-    is still pending)."""
+    is still pending). A job still held by a one-memory RememberWorkflow of before the batches
+    (it hands its job back when it next wakes) is not a batch and takes no room."""
     return await conn.fetchval(
         "SELECT count(DISTINCT workflow_id) FROM memory_jobs WHERE status = 'pending' AND job_type = 'extract'"
-        " AND workflow_id IS NOT NULL"
+        " AND workflow_id LIKE 'ingest-%'"
     )
 
 
