@@ -30,20 +30,32 @@ def _client() -> httpx.Client:
 
 
 def _call(method: str, path: str, **kwargs) -> dict:
+    with _client() as client:
+        return _request(client, method, path, **kwargs)
+
+
+def _request(client: httpx.Client, method: str, path: str, *, lead: str = "", unreachable: str = "",
+             **kwargs) -> dict:
+    """The answer's body; exits with the error contract's type and detail on an error status,
+    and with `unreachable` added when the API cannot be reached. `lead` starts either message
+    (a newline ends a progress bar first)."""
     try:
-        with _client() as client:
-            response = client.request(method, path, **kwargs)
+        response = client.request(method, path, **kwargs)
     except httpx.HTTPError as err:
-        sys.exit(f"engram: cannot reach the API: {err}")
+        sys.exit(f"{lead}engram: cannot reach the API{unreachable}: {err}")
     body = response.json()
     if response.status_code >= 400:
         error = body.get("error", {})
-        sys.exit(f"engram: {response.status_code} {error.get('type')}: {error.get('detail')}")
+        sys.exit(f"{lead}engram: {response.status_code} {error.get('type')}: {error.get('detail')}")
     return body
 
 
+def _scope_given(args) -> dict:
+    return {k: getattr(args, k) for k in ("user_id", "agent_id", "run_id") if getattr(args, k)}
+
+
 def _scope(args) -> dict:
-    scope = {k: getattr(args, k) for k in ("user_id", "agent_id", "run_id") if getattr(args, k)}
+    scope = _scope_given(args)
     if not scope:
         sys.exit("engram: give at least one of --user-id, --agent-id, --run-id")
     return scope
@@ -119,21 +131,14 @@ def cmd_import(args) -> None:
     path = Path(args.file)
     if not path.exists():
         sys.exit(f"engram: no file {path}")
-    scope = {k: getattr(args, k) for k in ("user_id", "agent_id", "run_id") if getattr(args, k)} or None
-    items = list(_import_items(path, scope))
+    items = list(_import_items(path, _scope_given(args) or None))
     stored = failed = 0
     job_ids = []
     with _client() as client:
         for start in range(0, len(items), args.batch_size):
             chunk = items[start:start + args.batch_size]
-            try:
-                response = client.post("/api/memory/remember/batch", json={"items": [item for _, item in chunk]})
-            except httpx.HTTPError as err:
-                sys.exit(f"\nengram: cannot reach the API after {stored} stored: {err}")
-            body = response.json()
-            if response.status_code >= 400:
-                error = body.get("error", {})
-                sys.exit(f"\nengram: {response.status_code} {error.get('type')}: {error.get('detail')}")
+            body = _request(client, "POST", "/api/memory/remember/batch", json={"items": [item for _, item in chunk]},
+                            lead="\n", unreachable=f" after {stored} stored")
             job_ids.append(body["job_id"])
             stored += body["stored"]
             failed += body["failed"]

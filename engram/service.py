@@ -32,6 +32,7 @@ from engram.store import idempotency, jobs, keys
 from engram.store import memories as repo
 
 log = logging.getLogger(__name__)
+DUPLICATE = "duplicate: this scope already holds this memory"  # the warning on an answer that points at it
 
 
 class Pipeline(Protocol):
@@ -132,7 +133,7 @@ class MemoryService:
             return written
         if written.duplicate:
             answer = await self._answer_for_existing(written.memory_id,
-                                                     ["duplicate: this scope already holds this memory"])
+                                                     [DUPLICATE])
         else:
             answer = await self._answer(written, req, down, timeout_ms / 1000)
         if req.idempotency_key:
@@ -198,7 +199,7 @@ class MemoryService:
             return RememberItemResult(index=index, **written.model_dump())
         if written.duplicate:
             answer = await self._answer_for_existing(
-                written.memory_id, ["duplicate: this scope already holds this memory"], conn)
+                written.memory_id, [DUPLICATE], conn)
         else:
             status = "raw_saved" if down is not None and not req.raw else "queued"
             answer = RememberResponse(memory_id=written.memory_id, job_id=written.job_id, status=status)
@@ -355,7 +356,7 @@ def _scope_of(memory: Memory) -> Scope:
 
 
 def _scope_order(scope: Scope) -> tuple[str, str, str]:
-    return (scope.user_id or "", scope.agent_id or "", scope.run_id or "")
+    return repo.scope_order((scope.user_id, scope.agent_id, scope.run_id))
 
 
 def _item_error(index: int, err: EngramError) -> RememberItemResult:

@@ -57,18 +57,22 @@ async def _saved_memory(pool, content: str = "Quinn restores old motorbikes") ->
     return job_id
 
 
+async def _store_and_space(postgres, embedder, tmp_path, *, max_connections: int):
+    """A fresh database (pool) and an edge shard (index) holding `embedder`'s space, active."""
+    pool = await pool_module.create_pool(await new_database(postgres), min_size=1, max_size=max_connections)
+    index = EdgeIndex(tmp_path / "shard")
+    await index.ensure(model=embedder.name, dim=embedder.dim)
+    async with pool.acquire() as conn:
+        await embeddings.claim_active(conn, embedder.name)
+    return pool, index, EmbeddingSpaces(pool, {embedder.name: Space(embedder, index)}, active=embedder.name)
+
+
 @contextlib.asynccontextmanager
 async def _pipeline_on_time_skipping_server(postgres, embedder, tmp_path, provider_url: str):
     """A saved memory and a worker running RememberWorkflow with real activities (real Postgres,
     a real Qdrant edge shard, the Ollama client against `provider_url`) on the time-skipping
     server. Yields (pool, job_id, handle) once the workflow has started."""
-    dsn = await new_database(postgres)
-    pool = await pool_module.create_pool(dsn, min_size=1, max_size=4)
-    index = EdgeIndex(tmp_path / "shard")
-    await index.ensure(model=embedder.name, dim=embedder.dim)
-    async with pool.acquire() as conn:
-        await embeddings.claim_active(conn, embedder.name)
-    spaces = EmbeddingSpaces(pool, {embedder.name: Space(embedder, index)}, active=embedder.name)
+    pool, index, spaces = await _store_and_space(postgres, embedder, tmp_path, max_connections=4)
     provider = OllamaProvider(url=provider_url, model="llama3.2:3b", timeout_s=5)
     try:
         job_id = await _saved_memory(pool)
@@ -104,13 +108,7 @@ async def test_a_new_run_of_the_one_memory_workflow_hands_its_job_to_the_dispatc
 async def _batch_pipeline(postgres, temporal, embedder, tmp_path, provider_url: str, memories: int):
     """Saved memories and a worker running IngestWorkflow and ExtractionDrainWorkflow with real
     activities on the dev server, on a fresh task queue. Yields (client, task queue, pool, job_ids)."""
-    dsn = await new_database(postgres)
-    pool = await pool_module.create_pool(dsn, min_size=1, max_size=8)
-    index = EdgeIndex(tmp_path / "shard")
-    await index.ensure(model=embedder.name, dim=embedder.dim)
-    async with pool.acquire() as conn:
-        await embeddings.claim_active(conn, embedder.name)
-    spaces = EmbeddingSpaces(pool, {embedder.name: Space(embedder, index)}, active=embedder.name)
+    pool, index, spaces = await _store_and_space(postgres, embedder, tmp_path, max_connections=8)
     provider = OllamaProvider(url=provider_url, model="llama3.2:3b", timeout_s=5)
     queue = f"tq-{uuid.uuid4().hex[:8]}"
     try:

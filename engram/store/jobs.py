@@ -39,8 +39,12 @@ def workflow_id_for(job_id: UUID, job_type: str = "extract") -> str:
     return f"{_WORKFLOW_PREFIX[job_type]}-{job_id}"
 
 
+_BATCH_PREFIX = "ingest-"
+_IS_BATCH = f"{_BATCH_PREFIX}%"  # LIKE pattern: a batch's workflow id, not a one-memory run's
+
+
 def batch_workflow_id(batch_id: UUID) -> str:
-    return f"ingest-{batch_id}"
+    return f"{_BATCH_PREFIX}{batch_id}"
 
 
 async def insert(conn: asyncpg.Connection, *, job_id: UUID, memory_id: UUID | None, job_type: str,
@@ -148,10 +152,10 @@ async def unstarted_batches(pool: asyncpg.Pool, limit: int) -> list[tuple[str, l
     rows = await pool.fetch(
         """
         SELECT workflow_id, array_agg(id ORDER BY created_at) AS ids FROM memory_jobs
-        WHERE workflow_started_at IS NULL AND workflow_id LIKE 'ingest-%' AND job_type = 'extract'
+        WHERE workflow_started_at IS NULL AND workflow_id LIKE $2 AND job_type = 'extract'
         GROUP BY workflow_id ORDER BY min(created_at) LIMIT $1
         """,
-        limit,
+        limit, _IS_BATCH,
     )
     return [(r["workflow_id"], list(r["ids"])) for r in rows]
 
@@ -378,7 +382,8 @@ async def batches_in_flight(conn: asyncpg.Connection | asyncpg.Pool) -> int:
     (it hands its job back when it next wakes) is not a batch and takes no room."""
     return await conn.fetchval(
         "SELECT count(DISTINCT workflow_id) FROM memory_jobs WHERE status = 'pending' AND job_type = 'extract'"
-        " AND workflow_id LIKE 'ingest-%'"
+        " AND workflow_id LIKE $1",
+        _IS_BATCH,
     )
 
 

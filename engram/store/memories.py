@@ -151,13 +151,19 @@ class StatsDelta:
             self.df.setdefault(key, Counter()).update(df)
 
 
+def scope_order(parts: tuple[str | None, str | None, str | None]) -> tuple[str, str, str]:
+    """The order writers take scopes in, (user_id, agent_id, run_id) with no part first, so
+    two transactions that lock several scopes' rows never wait on each other in a cycle."""
+    return tuple("" if part is None else part for part in parts)
+
+
 async def add_stats(conn: asyncpg.Connection, delta: StatsDelta) -> None:
     """Write `delta`: one update per scope and one per term, however many memories it counts.
     Scopes are taken in sorted order, then each scope's terms in sorted order, the order
     add_to_bm25_stats locks them in, so writers never deadlock on these rows. (A term updated
     once per memory in one transaction leaves a row version per update, which every later
     update in it walks past: 500 memories cost quadratic time.)"""
-    for key in sorted(delta.docs, key=lambda k: tuple("" if v is None else v for v in k)):
+    for key in sorted(delta.docs, key=scope_order):
         count, length = delta.docs[key]
         await conn.execute(
             """
