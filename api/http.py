@@ -10,8 +10,6 @@ enforced limits.
 from __future__ import annotations
 
 import logging
-import time
-import uuid
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 from uuid import UUID
@@ -26,8 +24,9 @@ from starlette.routing import Match
 
 from api.body_limit import BodyLimit
 from api.errors import ErrorBody, error_body
+from api.request_context import RequestContext
 from engram.domain.auth import Principal
-from engram.domain.errors import EngramError
+from engram.domain.errors import DatabaseUnavailable, EngramError
 from engram.domain.models import (
     MAX_LIMIT, ApiKey, CreatedKey, Job, KeyList, KeyRequest, Memory, MemoryPage, RememberBatchRequest,
     RememberBatchResponse, RememberRequest, RememberResponse, Scope, ScopeId, SearchFilters, SearchRequest,
@@ -50,7 +49,7 @@ _MEANING = {
     409: "Conflicts with what is stored (a reused idempotency key, a taken key name, the last admin key).",
     413: f"The request body is over {MAX_BODY_BYTES} bytes.",
     422: "The request is not valid: malformed JSON, a wrong type, a value out of bounds.",
-    503: "A component the request needs is unavailable.",
+    503: "A component the request needs is unavailable (the database, the embedding model); retry later.",
 }
 
 
@@ -111,10 +110,12 @@ def create_app(runtime_factory) -> FastAPI:
 
     app = FastAPI(title="Engram", version="0.1.0", lifespan=lifespan)
     app.add_middleware(BodyLimit, limit=MAX_BODY_BYTES)
+    app.add_middleware(RequestContext)  # added last, so outermost: a 413 carries its id and is logged
 
     @app.exception_handler(EngramError)
     async def _domain(_: Request, exc: EngramError):
-        return error_body(exc.http_status, exc.type, exc.detail)
+        headers = {"Retry-After": "1"} if isinstance(exc, DatabaseUnavailable) else None
+        return error_body(exc.http_status, exc.type, exc.detail, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError):
@@ -140,17 +141,6 @@ def create_app(runtime_factory) -> FastAPI:
                   extra={"request_id": getattr(request.state, "request_id", None), "path": request.url.path})
         return error_body(500, "internal", "an unexpected error; it is logged with this request's id")
 
-    @app.middleware("http")
-    async def _request_context(request: Request, call_next):
-        request.state.request_id = request.headers.get("x-request-id") or str(uuid.uuid4())
-        started = time.perf_counter()
-        response = await call_next(request)
-        response.headers["x-request-id"] = request.state.request_id
-        log.info("request", extra={"request_id": request.state.request_id, "path": request.url.path,
-                                   "status": response.status_code,
-                                   "latency_ms": round((time.perf_counter() - started) * 1e3, 2)})
-        return response
-
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
@@ -162,12 +152,12 @@ def create_app(runtime_factory) -> FastAPI:
         ready = all(part.get("ok") for part in state.values())
         return JSONResponse(status_code=200 if ready else 503, content={"ready": ready, "components": state})
 
-    @app.post("/api/memory/remember", response_model=RememberResponse, responses=_errors(401, 403, 409, 413, 422))
+    @app.post("/api/memory/remember", response_model=RememberResponse, responses=_errors(401, 403, 409, 413, 422, 503))
     async def remember(body: RememberRequest, request: Request, caller: Caller):
         return await service(request).remember(caller, body, request_id=request.state.request_id)
 
     @app.post("/api/memory/remember/batch", response_model=RememberBatchResponse,
-              responses=_errors(401, 403, 413, 422))
+              responses=_errors(401, 403, 413, 422, 503))
     async def remember_batch(body: RememberBatchRequest, request: Request, caller: Caller):
         """Remember up to ENGRAM_REMEMBER_BATCH_MAX items at once: each is stored, or answered
         with its own error, and processed later (poll the returned import job for progress)."""
@@ -177,17 +167,17 @@ def create_app(runtime_factory) -> FastAPI:
     async def search(body: SearchRequest, request: Request, caller: Caller):
         return await service(request).search(caller, body)
 
-    @app.get("/api/memory/jobs/{job_id}", response_model=Job, responses=_errors(401, 404, 422))
+    @app.get("/api/memory/jobs/{job_id}", response_model=Job, responses=_errors(401, 404, 422, 503))
     async def job(job_id: UUID, request: Request, caller: Caller):
         return await service(request).job(caller, job_id)
 
     # `:uuid`: /api/memory/remember and /api/memory/search are no memory ids, so another method
     # on them is a 405, not a 422 for a malformed id.
-    @app.get("/api/memory/{memory_id:uuid}", response_model=Memory, responses=_errors(401, 404, 422))
+    @app.get("/api/memory/{memory_id:uuid}", response_model=Memory, responses=_errors(401, 404, 422, 503))
     async def get_memory(memory_id: UUID, request: Request, caller: Caller):
         return await service(request).get(caller, memory_id)
 
-    @app.get("/api/memory", response_model=MemoryPage, responses=_errors(401, 403, 422))
+    @app.get("/api/memory", response_model=MemoryPage, responses=_errors(401, 403, 422, 503))
     async def list_memories(
         request: Request, caller: Caller,
         user_id: ScopeId | None = None, agent_id: ScopeId | None = None, run_id: ScopeId | None = None,
@@ -208,17 +198,17 @@ def create_app(runtime_factory) -> FastAPI:
         return await service(request).list(caller, scope, filters, include_deleted=include_deleted,
                                            cursor=cursor, limit=limit)
 
-    @app.post("/api/keys", status_code=201, response_model=CreatedKey, responses=_errors(401, 403, 409, 413, 422))
+    @app.post("/api/keys", status_code=201, response_model=CreatedKey, responses=_errors(401, 403, 409, 413, 422, 503))
     async def create_key(body: KeyRequest, request: Request, caller: Caller):
         secret, record = await service(request).create_key(caller, name=body.name, role=body.role,
                                                            scopes=body.scopes)
         return CreatedKey(key=secret, **record.model_dump())
 
-    @app.get("/api/keys", response_model=KeyList, responses=_errors(401, 403))
+    @app.get("/api/keys", response_model=KeyList, responses=_errors(401, 403, 503))
     async def list_keys(request: Request, caller: Caller):
         return KeyList(items=await service(request).list_keys(caller))
 
-    @app.delete("/api/keys/{key_id}", response_model=ApiKey, responses=_errors(401, 403, 404, 409, 422))
+    @app.delete("/api/keys/{key_id}", response_model=ApiKey, responses=_errors(401, 403, 404, 409, 422, 503))
     async def revoke_key(key_id: UUID, request: Request, caller: Caller):
         return await service(request).revoke_key(caller, key_id)
 

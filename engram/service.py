@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hashlib
 import json
 import logging
@@ -18,7 +19,9 @@ import asyncpg
 from pydantic import ValidationError as PydanticValidationError
 
 from engram.domain import auth
-from engram.domain.errors import Conflict, EngramError, NotFound, Unauthenticated, ValidationFailed
+from engram.domain.errors import (
+    Conflict, DatabaseUnavailable, EngramError, NotFound, Unauthenticated, ValidationFailed,
+)
 from engram.domain.filters import Filters, resolve
 from engram.domain.models import (
     MAX_PIPELINE_TIMEOUT_MS, ApiKey, ItemError, Job, Memory, MemoryPage, RememberBatchResponse, RememberItem,
@@ -29,10 +32,12 @@ from engram.inference.availability import Availability
 from engram.recall.pipeline import Recall, RecallOptions
 from engram.settings import Settings
 from engram.store import idempotency, jobs, keys
+from engram.store import pool as pool_module
 from engram.store import memories as repo
 
 log = logging.getLogger(__name__)
 DUPLICATE = "duplicate: this scope already holds this memory"  # the warning on an answer that points at it
+KEY_CACHE_S = 1.0  # how long a key lookup is reused; a revocation drops every cached lookup at once
 
 
 class Pipeline(Protocol):
@@ -41,6 +46,24 @@ class Pipeline(Protocol):
 
     async def wait_first_pass(self, job_id: UUID, timeout_s: float) -> str | None:
         """The first pass's outcome ("processed" or "raw_saved"), or None if not within the timeout."""
+
+
+def _speaks_domain_errors(method):
+    """Every gateway gets domain errors only: Postgres out of reach (down, restarting, out of
+    connections) is DatabaseUnavailable, a 503 the client may retry, not an unexpected error."""
+
+    @functools.wraps(method)
+    async def calling(*args, **kwargs):
+        try:
+            return await method(*args, **kwargs)
+        except pool_module.UNREACHABLE as err:
+            log.warning("the database is out of reach", extra={"call": method.__name__,
+                                                                "error": f"{type(err).__name__}: {err}"})
+            raise DatabaseUnavailable(
+                "the database cannot be reached; retry shortly (a retried remember is not stored twice: "
+                "its idempotency key or the scope's duplicate check answers with the first)") from err
+
+    return calling
 
 
 @dataclass(frozen=True)
@@ -62,17 +85,40 @@ class MemoryService:
         self._clock = clock
         self._background: set[asyncio.Task] = set()
         self._queue_state = (float("-inf"), (0, 0.0))  # (when read, (jobs waiting for a batch, oldest's wait))
+        self._principals: dict[str, tuple[float, auth.Principal]] = {}  # key hash -> (valid until, principal)
+        self._revocations = 0  # bumped by forget_principals: a lookup that straddles one is not cached
 
     # -- principals ---------------------------------------------------------------------------
 
+    @_speaks_domain_errors
     async def authenticate(self, key: str | None) -> auth.Principal:
+        """The key's principal. A lookup is reused for KEY_CACHE_S (a busy client costs one
+        query a second, not one a request); a revocation, in this process or another (the
+        keys.REVOKED notification), drops every reused lookup."""
         if not key:
             raise Unauthenticated("missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key'")
-        row = await keys.find_active(self._pool, auth.hash_key(key))
+        key_hash = auth.hash_key(key)
+        cached = self._principals.get(key_hash)
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1]
+        revocations = self._revocations
+        row = await keys.find_active(self._pool, key_hash)
         if row is None:
             raise Unauthenticated("unknown or revoked API key")
-        return auth.Principal(id=f"key:{row['id']}", name=row["name"], role=row["role"], grants=tuple(row["scopes"]))
+        principal = auth.Principal(id=f"key:{row['id']}", name=row["name"], role=row["role"],
+                                   grants=tuple(row["scopes"]))
+        if revocations == self._revocations:
+            if len(self._principals) >= 10_000:  # only valid keys get here; bound it all the same
+                self._principals.clear()
+            self._principals[key_hash] = (time.monotonic() + KEY_CACHE_S, principal)
+        return principal
 
+    def forget_principals(self, _payload: str = "") -> None:
+        """Drop every reused key lookup: a key was revoked (keys.REVOKED's handler)."""
+        self._revocations += 1
+        self._principals.clear()
+
+    @_speaks_domain_errors
     async def create_key(self, principal: auth.Principal, *, name: str, role: str, scopes: list[str]
                          ) -> tuple[str, ApiKey]:
         """A new API key: (the secret, shown only now; its record). Admin only. Raises
@@ -88,11 +134,13 @@ class MemoryService:
             raise Conflict(f"an active key is already named {name!r}")
         return secret, record
 
+    @_speaks_domain_errors
     async def list_keys(self, principal: auth.Principal) -> list[ApiKey]:
         """Every key, revoked ones too, oldest first; never a secret. Admin only."""
         principal.require("admin")
         return await keys.list_all(self._pool)
 
+    @_speaks_domain_errors
     async def revoke_key(self, principal: auth.Principal, key_id: UUID) -> ApiKey:
         """Revoke a key (idempotent: a revoked key keeps its first revocation time). Admin only.
         Raises NotFound for an unknown id, Conflict for the last active admin key granted every
@@ -106,10 +154,12 @@ class MemoryService:
                 record = await keys.revoke(conn, key_id)
                 if record is None:
                     raise NotFound(f"no key {key_id}")
+        self.forget_principals()  # at once here; other API processes hear keys.REVOKED
         return record
 
     # -- remember -----------------------------------------------------------------------------
 
+    @_speaks_domain_errors
     async def remember(self, principal: auth.Principal, req: RememberRequest, *,
                        request_id: str | None = None) -> RememberResponse:
         """Save the memory durably and answer as `req.mode` asks.
@@ -141,6 +191,7 @@ class MemoryService:
                                              answer.model_dump(mode="json"))
         return answer
 
+    @_speaks_domain_errors
     async def remember_batch(self, principal: auth.Principal, items: list[dict], *,
                              request_id: str | None = None) -> RememberBatchResponse:
         """Write every valid item, each as `remember` would in `async` mode (or `raw_saved` while
@@ -286,6 +337,7 @@ class MemoryService:
 
     # -- recall -------------------------------------------------------------------------------
 
+    @_speaks_domain_errors
     async def search(self, principal: auth.Principal, req: SearchRequest) -> SearchResponse:
         principal.require("search", req.scope)
         s = self._settings
@@ -303,6 +355,7 @@ class MemoryService:
     def _filters(self, principal: auth.Principal, asked: SearchFilters, include_deleted: bool) -> Filters:
         return resolve(asked, principal.visibility, include_deleted=include_deleted, now=self._clock())
 
+    @_speaks_domain_errors
     async def get(self, principal: auth.Principal, memory_id: UUID) -> Memory:
         """A memory by id. One from a scope the caller may not touch looks exactly like a missing one."""
         principal.require("read")
@@ -311,6 +364,7 @@ class MemoryService:
             raise NotFound(f"no memory {memory_id}")
         return memory
 
+    @_speaks_domain_errors
     async def list(self, principal: auth.Principal, scope: Scope, f: SearchFilters, *, include_deleted: bool,
                    cursor: str | None, limit: int) -> MemoryPage:
         """The memories in `scope` that the caller may see, newest first, a page of `limit`."""
@@ -321,6 +375,7 @@ class MemoryService:
         next_cursor = _encode_cursor(items[-1]) if len(items) == limit else None
         return MemoryPage(items=items, next_cursor=next_cursor)
 
+    @_speaks_domain_errors
     async def job(self, principal: auth.Principal, job_id: UUID) -> Job:
         principal.require("read")
         job = await jobs.get(self._pool, job_id)

@@ -49,6 +49,9 @@ class Settings(BaseSettings):
     embedding_model: Literal["all-MiniLM-L6-v2", "bge-small-en-v1.5"] = "bge-small-en-v1.5"
     # Local model runs side by side (one thread each) for documents; a query runs in its own thread.
     embedding_threads: int = Field(default=2, ge=1)
+    # Those runs' threads are this much nicer than the rest (Linux), so a search or a remember
+    # preempts a backlog's embedding instead of sharing a core with it; 0: same priority.
+    embedding_nice: int = Field(default=10, ge=0, le=19)
     # Changing the model re-embeds every memory in batches of this size (a ReembedWorkflow).
     reembed_batch_size: int = 64
     # Or a remote embedder, held to local_only and provider_allowlist like the LLM providers.

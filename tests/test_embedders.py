@@ -3,6 +3,8 @@ driven through the real `ollama` and `openai` clients over loopback HTTP to the 
 
 from __future__ import annotations
 
+import os
+import threading
 import uuid
 from collections.abc import AsyncIterator
 
@@ -129,6 +131,30 @@ async def test_local_provider_is_the_default_and_opens_the_onnx_model():
     assert Settings().embedding_provider == "local"
     embedder = await open_embedder(Settings(embedding_provider="local", embedding_threads=1))
     assert isinstance(embedder, Embedder) and embedder.name == "bge-small-en-v1.5" and embedder.dim == 384
+
+
+@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="per-thread nice is a Linux feature")
+async def test_documents_embed_on_threads_nicer_than_the_caller_and_queries_in_the_callers_thread(monkeypatch):
+    """A backlog's embedding yields the CPU to searches: its pool threads run EMBEDDING_NICE
+    nicer than the process; a query runs at the caller's priority."""
+    import onnxruntime
+
+    def priority() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    seen: dict[str, set[int]] = {"document": set(), "query": set()}
+    run = onnxruntime.InferenceSession.run
+
+    def observed(session, *args, **kwargs):
+        seen["query" if threading.current_thread().name.startswith("asyncio") else "document"].add(priority())
+        return run(session, *args, **kwargs)
+
+    monkeypatch.setattr(onnxruntime.InferenceSession, "run", observed)
+    embedder = await open_embedder(Settings(embedding_provider="local", embedding_threads=2, embedding_nice=7))
+    base = priority()
+    await embedder.embed([f"document {i} about bees" for i in range(40)])
+    await embedder.embed_query("who keeps bees?")
+    assert seen == {"document": {min(base + 7, 19)}, "query": {base}}
 
 
 @pytest_asyncio.fixture

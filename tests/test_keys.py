@@ -12,6 +12,7 @@ import uuid
 import pytest
 
 from engram.domain import auth
+from engram.store import keys
 from tests.conftest import serving
 from tests.process import ENGRAM
 
@@ -298,6 +299,24 @@ async def test_an_admin_key_revoked_loses_admin_rights_at_once(app):
     assert (await _delete(app, second["id"])).status_code == 200
     refused = await app.get("/api/keys", key=second["key"])
     assert refused.status_code == 401 and _error_type(refused) == "unauthenticated"
+
+
+async def test_a_key_revoked_by_another_api_process_is_refused_here_without_waiting_for_the_cache(app, monkeypatch):
+    """Key lookups are reused for a second; another API process's revocation reaches this one
+    as keys.REVOKED. With the reuse stretched to an hour, only the notification can refuse it."""
+    monkeypatch.setattr("engram.service.KEY_CACHE_S", 3600.0)
+    key = await _create_key(app, "elsewhere", role="writer")
+    assert (await _remember_as(app, key["key"], "Ines keeps bees")).status_code == 200  # looked up and reused
+    async with app.pool.acquire() as conn:
+        async with conn.transaction():  # what keys.revoke does in the other process
+            await conn.execute("UPDATE api_keys SET revoked_at = now() WHERE id = $1", uuid.UUID(key["id"]))
+            await conn.execute(f"NOTIFY {keys.REVOKED}")
+    for _ in range(100):
+        response = await _remember_as(app, key["key"], "Ines keeps wasps")
+        if response.status_code == 401:
+            break
+        await asyncio.sleep(0.05)
+    assert response.status_code == 401 and _error_type(response) == "unauthenticated", response.text
 
 
 async def test_revoking_twice_keeps_the_first_revocation(app):

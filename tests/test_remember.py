@@ -188,3 +188,23 @@ async def test_missing_or_unknown_key_is_401_and_foreign_scope_is_403(app):
     assert await app.count("SELECT count(*) FROM memories") == 0
     allowed = await app.post("/api/memory/remember", {**body, "mode": "async"}, key=await app.key("writer", ["user:alice"]))
     assert allowed.status_code == 200
+
+
+async def test_the_callers_request_id_is_echoed_and_recorded_on_the_add_event_and_one_is_made_up_otherwise(
+        app, caplog):
+    caplog.set_level("INFO", logger="engram.http")
+    body = {"content": "Nadia repairs clocks", "scope": {"user_id": "u1"}, "mode": "async"}
+    given = await app.http.post("/api/memory/remember", json=body,
+                                headers={**app._auth(None), "X-Request-ID": "trace-7f3a"})
+    assert given.status_code == 200 and given.headers["x-request-id"] == "trace-7f3a"
+    made_up = await app.post("/api/memory/remember", {**body, "content": "Nadia repairs watches"})
+    assert made_up.status_code == 200 and len(made_up.headers["x-request-id"]) == 36  # a UUID
+    refused = await app.http.post("/api/memory/remember", json=body, headers={"X-Request-ID": "trace-401"})
+    assert refused.status_code == 401 and refused.headers["x-request-id"] == "trace-401"
+
+    recorded = await app.pool.fetch("SELECT m.content, h.request_id FROM memory_history h JOIN memories m"
+                                    " ON m.id = h.memory_id WHERE h.event = 'ADD'")
+    assert {r["content"]: r["request_id"] for r in recorded} == {
+        "Nadia repairs clocks": "trace-7f3a", "Nadia repairs watches": made_up.headers["x-request-id"]}
+    logged = {(r.request_id, r.status) for r in caplog.records if r.getMessage() == "request"}
+    assert {("trace-7f3a", 200), ("trace-401", 401)} <= logged

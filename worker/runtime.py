@@ -134,7 +134,9 @@ class Runtime:
         rt = cls(settings, pool, embedding_spaces, providers, client, service, roles=roles)
         if "api" in roles:
             rt.tasks.append(asyncio.create_task(
-                listen_forever(settings.postgres_dsn, {jobs.FIRST_PASS: waiter.notified}), name="first-pass-listener"))
+                listen_forever(settings.postgres_dsn, {jobs.FIRST_PASS: waiter.notified,
+                                                       keys.REVOKED: service.forget_principals}),
+                name="api-listener"))
         if "worker" in roles:
             ingest = IngestActivities(
                 pool, embedding_spaces, availability,

@@ -60,3 +60,11 @@ class EmbeddingUnavailable(EngramError):
     def __init__(self, detail: str, *, permanent: bool = False) -> None:
         super().__init__(detail)
         self.permanent = permanent
+
+
+class DatabaseUnavailable(EngramError):
+    """Postgres cannot be reached (down, restarting, out of connections): nothing was stored;
+    the same request can be retried."""
+
+    type = "database_unavailable"
+    http_status = 503

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
+import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,6 +86,7 @@ def verify_sha256(name: str, path: Path, expected: str) -> None:
         raise ModelFileMismatch(f"model {name} at {path} has SHA-256 {actual}, expected {expected}")
 
 
+log = logging.getLogger(__name__)
 BATCH = 16  # texts per model run: measured best on 2 cores (8, 16, 32 and 64 tried)
 
 
@@ -93,20 +97,23 @@ class Embedder:
     pool of that many threads shared by every caller. On 2 busy cores that embeds ~1.7× as
     many texts a second as one run at a time on 2 onnxruntime threads, whose per-operator
     hand-offs stall whenever the other core is busy (bench/reports/ingest.md). Queries skip
-    the pool, so a search never queues behind an import.
+    the pool, so a search never queues behind an import; and the pool's threads run at `nice`
+    (Linux schedules threads one by one), so a query, or the API, takes a core from a backlog's
+    embedding at once instead of sharing it.
     """
 
-    def __init__(self, files: ModelFiles, session, tokenizer, *, threads: int = 2) -> None:
+    def __init__(self, files: ModelFiles, session, tokenizer, *, threads: int = 2, nice: int = 0) -> None:
         self.files = files
         self.name = files.name
         self.dim = files.dim
         self._session = session
         self._tokenizer = tokenizer
         self._input_names = {i.name for i in session.get_inputs()}
-        self._runs = ThreadPoolExecutor(max(threads, 1), thread_name_prefix=f"embed-{files.name}")
+        self._runs = ThreadPoolExecutor(max(threads, 1), thread_name_prefix=f"embed-{files.name}",
+                                        initializer=_lower_priority, initargs=(nice,))
 
     @classmethod
-    def open(cls, files: ModelFiles, *, threads: int = 2) -> "Embedder":
+    def open(cls, files: ModelFiles, *, threads: int = 2, nice: int = 0) -> "Embedder":
         """Load the model after checking its SHA-256.
 
         Raises ModelFileMismatch when the file on disk is not the pinned one.
@@ -122,7 +129,7 @@ class Embedder:
         tokenizer = Tokenizer.from_file(str(files.tokenizer))
         tokenizer.enable_truncation(max_length=files.max_tokens)
         tokenizer.no_padding()
-        return cls(files, session, tokenizer, threads=threads)
+        return cls(files, session, tokenizer, threads=threads, nice=nice)
 
     def embed_sync(self, texts: list[str], *, parallel: bool = True) -> np.ndarray:
         """Vectors for `texts`, shape (len(texts), dim), float32, unit length.
@@ -168,3 +175,14 @@ class Embedder:
         else:
             vecs = (hidden * mask[:, :, None]).sum(axis=1) / np.maximum(mask.sum(axis=1, keepdims=True), 1)
         return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+
+
+def _lower_priority(nice: int) -> None:
+    """Raise this thread's nice value by `nice` (any process may lower its own priority)."""
+    if nice <= 0 or not hasattr(os, "setpriority"):
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
+    except OSError as err:  # a sandbox may refuse it: embedding still works, just unprioritised
+        log.warning("could not lower the embedding threads' priority", extra={"error": str(err)})

@@ -220,7 +220,8 @@ async def open_embedder(settings: Settings, model: str | None = None) -> TextEmb
     model = model or configured_model(settings)
     provider, _, remote_model = model.partition(":") if ":" in model else ("local", "", model)
     if provider == "local":
-        return await asyncio.to_thread(Embedder.open, model_files(model), threads=settings.embedding_threads)
+        return await asyncio.to_thread(Embedder.open, model_files(model), threads=settings.embedding_threads,
+                                       nice=settings.embedding_nice)
     if settings.llm_timeout_s <= 0:
         raise ConfigError(f"llm_timeout_s must be positive, not {settings.llm_timeout_s}")
     if not remote_model:

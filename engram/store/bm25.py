@@ -1,7 +1,7 @@
 """SQL for the BM25 analyzer state and the start-up rebuild of the postings and statistics.
 
-The write path keeps postings and statistics one memory at a time (memories.insert_postings,
-memories.add_to_bm25_stats); this module replaces all of them at once when the analyzer that
+The write path keeps postings and statistics one memory at a time (memories.insert_raw,
+memories.add_stats); this module replaces all of them at once when the analyzer that
 built them is not the configured one.
 """
 
@@ -60,7 +60,7 @@ async def open_documents(conn: asyncpg.Connection) -> asyncpg.cursor.Cursor:
 async def copy_postings(
     conn: asyncpg.Connection, postings: list[tuple[UUID, str, int, str | None, str | None, str | None]],
 ) -> None:
-    """Bulk memories.insert_postings: rows of (memory_id, term, tf, user_id, agent_id, run_id)."""
+    """Bulk postings, as memories.insert_raw writes them: rows of (memory_id, term, tf, user_id, agent_id, run_id)."""
     if postings:
         await conn.copy_records_to_table(
             "memory_terms", records=postings, columns=["memory_id", "term", "tf", "user_id", "agent_id", "run_id"],

@@ -55,13 +55,15 @@ async def insert(conn: asyncpg.Connection, *, job_id: UUID, memory_id: UUID | No
     have); any other job has a run of its own."""
     own_run = job_type not in ("extract", "import")
     await conn.execute(
-        "INSERT INTO memory_jobs (id, memory_id, job_type, max_attempts, workflow_id, payload, parent_id, outcome,"
-        " status) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        f"""
+        WITH job AS (
+            INSERT INTO memory_jobs (id, memory_id, job_type, max_attempts, workflow_id, payload, parent_id,
+                outcome, status) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING job_type)
+        SELECT pg_notify('{NEW_JOBS}', '') FROM job WHERE job_type = 'extract'
+        """,
         job_id, memory_id, job_type, max_attempts, workflow_id_for(job_id, job_type) if own_run else None, payload,
         parent_id, outcome, status,
     )
-    if job_type == "extract":
-        await conn.execute(f"NOTIFY {NEW_JOBS}")
 
 
 async def set_progress(pool: asyncpg.Pool, job_id: UUID, *, done: int, total: int) -> None:

@@ -11,6 +11,7 @@ from engram.domain import auth
 from engram.domain.models import ApiKey
 
 _COLUMNS = "id, name, role, scopes, created_at, revoked_at"
+REVOKED = "engram_key_revoked"  # NOTIFY channel: a key was revoked
 
 
 async def insert(pool: asyncpg.Pool, *, key_id: UUID, name: str, key_hash: str, role: str,
@@ -45,7 +46,10 @@ async def revoke(conn: asyncpg.Connection, key_id: UUID) -> ApiKey | None:
     row = await conn.fetchrow(
         f"UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1 RETURNING {_COLUMNS}", key_id,
     )
-    return ApiKey.model_validate(dict(row)) if row else None
+    if row is None:
+        return None
+    await conn.execute(f"NOTIFY {REVOKED}")  # at commit: every API process drops its cached lookups
+    return ApiKey.model_validate(dict(row))
 
 
 async def lock_active_superadmins(conn: asyncpg.Connection) -> list[UUID]:

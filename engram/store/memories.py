@@ -41,29 +41,36 @@ async def insert_raw(conn: asyncpg.Connection, draft: MemoryDraft, *, memory_id:
     normalized = normalize(draft.content)
     tf, length = term_frequencies(draft.content, stemmer)
     scope = draft.scope
+    # One statement, one round trip: the row, then (only if it was inserted) its postings and
+    # its ADD event, which the foreign keys check at the statement's end.
     inserted = await conn.fetchval(
         """
-        INSERT INTO memories (id, user_id, agent_id, run_id, content, normalized_content,
-            content_hash, type, tags, who, source_type, source_id, session_id, metadata, pinned,
-            importance, extraction_status, token_count, updated_by)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
-        ON CONFLICT (scope_key, content_hash) WHERE NOT is_deleted DO NOTHING
-        RETURNING true
+        WITH m AS (
+            INSERT INTO memories (id, user_id, agent_id, run_id, content, normalized_content,
+                content_hash, type, tags, who, source_type, source_id, session_id, metadata, pinned,
+                importance, extraction_status, token_count, updated_by)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+            ON CONFLICT (scope_key, content_hash) WHERE NOT is_deleted DO NOTHING
+            RETURNING id),
+        postings AS (
+            INSERT INTO memory_terms (memory_id, term, tf, user_id, agent_id, run_id)
+            SELECT m.id, t.term, t.tf, $2, $3, $4 FROM m, unnest($20::text[], $21::int[]) AS t(term, tf)),
+        history AS (
+            INSERT INTO memory_history (memory_id, event, version, new_content, new_metadata, actor_type,
+                actor_id, request_id, session_id)
+            SELECT m.id, 'ADD', 1, $5, $14, 'api', $19, $22, $13 FROM m)
+        SELECT count(*) > 0 FROM m
         """,
         memory_id, scope.user_id, scope.agent_id, scope.run_id, draft.content, normalized, content_hash(normalized),
         draft.type, draft.tags, draft.who, draft.source_type, draft.source_id, draft.session_id, draft.metadata,
-        draft.pinned, draft.importance, extraction_status, length, actor,
+        draft.pinned, draft.importance, extraction_status, length, actor, list(tf), list(tf.values()), request_id,
     )
     if not inserted:
         return False
-    await insert_postings(conn, memory_id, scope, tf)
     if stats is None:
         await add_to_bm25_stats(conn, scope, tf, length)
     else:
         stats.add(scope, tf, length)
-    await insert_history(conn, memory_id=memory_id, event="ADD", version=1, actor_type="api", actor_id=actor,
-                         new_content=draft.content, new_metadata=draft.metadata, request_id=request_id,
-                         session_id=draft.session_id)
     return True
 
 
@@ -73,15 +80,6 @@ async def find_live_by_hash(conn: asyncpg.Connection, scope: Scope, content_hash
         "SELECT id FROM memories WHERE scope_key = engram_scope_key($1, $2, $3) AND content_hash = $4"
         " AND NOT is_deleted",
         scope.user_id, scope.agent_id, scope.run_id, content_hash,
-    )
-
-
-async def insert_postings(conn: asyncpg.Connection, memory_id: UUID, scope: Scope, tf: dict[str, int]) -> None:
-    if not tf:
-        return
-    await conn.executemany(
-        "INSERT INTO memory_terms (memory_id, term, tf, user_id, agent_id, run_id) VALUES ($1, $2, $3, $4, $5, $6)",
-        [(memory_id, term, count, scope.user_id, scope.agent_id, scope.run_id) for term, count in tf.items()],
     )
 
 

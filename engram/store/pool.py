@@ -4,6 +4,7 @@ values, so no repository encodes or decodes JSON by hand."""
 from __future__ import annotations
 
 import json
+import socket
 
 import asyncpg
 from pgvector.asyncpg import register_vector
@@ -14,9 +15,26 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     await conn.set_type_codec("jsonb", schema="pg_catalog", encoder=json.dumps, decoder=json.loads)
 
 
+# What a call raises when Postgres cannot be reached, as opposed to refusing the statement.
+UNREACHABLE: tuple[type[BaseException], ...] = (
+    ConnectionError, TimeoutError, socket.gaierror,  # refused, reset, timed out, unknown host
+    asyncpg.PostgresConnectionError,  # SQLSTATE class 08, a connection lost mid-call included
+    asyncpg.exceptions.OperatorInterventionError,  # shutting down, starting up (57P01, 57P03)
+    asyncpg.TooManyConnectionsError,
+)
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """A released connection keeps its session: asyncpg still rolls back an open transaction,
+    but skips its default reset query (a round trip of four statements on every release). Safe
+    because no pooled connection changes session state: LISTEN, session advisory locks and SET
+    are done on connections of their own (notifications, migrate)."""
+
+
 async def create_pool(dsn: str, *, min_size: int, max_size: int) -> asyncpg.Pool:
     """A pool for a migrated database (engram.store.migrate runs first)."""
-    return await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, init=_init_connection)
+    return await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, init=_init_connection,
+                                     reset=_keep_session)
 
 
 async def connect(dsn: str) -> asyncpg.Connection:
