@@ -2,8 +2,8 @@
 
 One database holds N memories in one scope ("big") plus N spread over 1,000 scopes. Texts are
 LoCoMo dev turns, cycled, each with a unique tail term; 2% are soft-deleted. Queries are 200
-LoCoMo dev questions. For each, today's `memories.bm25_scores(limit=50)` and the pruned
-version below are timed in turn and their top 50 compared (ids and scores).
+LoCoMo dev questions. For each, today's `memories.bm25_scores(limit=100)` and the pruned
+version below are timed in turn and their top 100 compared (ids and scores).
 
 The pruned version reads, per query term, the first M postings in (tf DESC, token_count ASC)
 order (an index), scores the union exactly, and stops when no unseen memory can beat the k-th
@@ -35,7 +35,7 @@ from engram.store.sql import Where  # noqa: E402
 from worker.embedded import EmbeddedPostgres, free_port  # noqa: E402
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
-K1, B, K = 1.2, 0.75, 50
+K1, B, K = 1.2, 0.75, 100  # K: the service's search_candidates
 
 
 async def load(pool, turns: list[str]) -> None:
@@ -69,7 +69,7 @@ def weight(idf: float, tf: int, dl: int, avgdl: float) -> float:
     return idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * dl / max(avgdl, 1)))
 
 
-async def pruned(conn, scope: Scope, filters: Filters, terms: list[str], k: int, m: int = 64) -> tuple[dict, int]:
+async def pruned(conn, scope: Scope, filters: Filters, terms: list[str], k: int, m: int = 128) -> tuple[dict, int]:
     """(top k {id: score}, rounds)."""
     terms = sorted(set(terms))
     if not terms:
