@@ -109,8 +109,9 @@ async def test_time_phrases_filter_by_creation_time(app):
     scope = {"user_id": "t"}
     old = await app.remember("Went skiing in Zermatt", scope=scope, mode="sync")
     new = await app.remember("Went skiing in Chamonix", scope=scope, mode="sync")
-    await app.pool.execute("UPDATE memories SET created_at = $2 WHERE id = $1", uuid.UUID(old["memory_id"]),
-                           datetime.now(timezone.utc) - timedelta(days=200))
+    # As if written 200 days ago: the lexical index takes the memory again, with that time.
+    await app.pool.execute("UPDATE memories SET created_at = $2, lexical_indexed = false WHERE id = $1",
+                           uuid.UUID(old["memory_id"]), datetime.now(timezone.utc) - timedelta(days=200))
     recent = await app.search("skiing", scope=scope, filters={"time": "last 3 months"})
     assert [h["memory"]["id"] for h in recent] == [new["memory_id"]]
     older = await app.search("skiing", scope=scope, filters={"time": "older than 6 months"})

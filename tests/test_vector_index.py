@@ -1,5 +1,6 @@
-"""One contract, both adapters: the in-process Qdrant edge shard and qdrant-client (its
-`:memory:` engine speaks the same client API as a Qdrant server)."""
+"""One contract, both adapters, both kinds: the in-process Qdrant edge shard and qdrant-client
+(its `:memory:` engine speaks the same client API as a Qdrant server), each holding dense
+vectors of a model or the lexical index's sparse BM25 vectors."""
 
 from __future__ import annotations
 
@@ -19,33 +20,60 @@ NOW = datetime(2025, 6, 1, tzinfo=timezone.utc)
 ALL = Filters(EVERYTHING)  # every live point of the scope
 
 
+@pytest.fixture(params=["dense", "sparse"])
+def kind(request) -> str:
+    return request.param
+
+
 @pytest.fixture(params=["edge", "client"])
-async def index(request, tmp_path):
+async def index(request, kind, tmp_path):
     if request.param == "edge":
         idx = EdgeIndex(tmp_path / "shard")
     else:
         from qdrant_client import AsyncQdrantClient
 
         idx = QdrantServerIndex(AsyncQdrantClient(location=":memory:"), "contract")
-    await idx.ensure(model="ollama:test-model:v1", dim=DIM)  # a name Qdrant would refuse as is
+    if kind == "dense":
+        await idx.ensure(model="ollama:test-model:v1", dim=DIM)  # a name Qdrant would refuse as is
+    else:
+        await idx.ensure_sparse()
     yield idx
     await idx.close()
 
 
-def _vec(seed: int) -> list[float]:
-    v = np.random.default_rng(seed).normal(size=DIM)
-    return (v / np.linalg.norm(v)).tolist()
+@pytest.fixture
+def vec(kind):
+    """Unit vectors of the index's kind. Sparse ones all share term 0, so every point is a hit
+    for every query (as with dense vectors) and a point's own vector scores 1."""
+
+    def make(seed: int):
+        v = np.random.default_rng(seed).normal(size=DIM)
+        v = v / np.linalg.norm(v)
+        if kind == "dense":
+            return v.tolist()
+        terms = [0, *np.random.default_rng(seed + 1000).choice(np.arange(1, 64), size=DIM - 1, replace=False)]
+        return {int(t): float(abs(w)) for t, w in zip(terms, v)}
+
+    return make
 
 
-def _point(seed: int, user: str = "u", **fields) -> IndexPoint:
-    base = dict(id=uuid.uuid4(), vector=_vec(seed), user_id=user, agent_id=None, run_id=None, type="fact", tags=[],
+@pytest.fixture
+def point(vec):
+    def make(seed: int, user: str | None = "u", **fields) -> IndexPoint:
+        return _point(vec(seed), user, **fields)
+
+    return make
+
+
+def _point(vector, user: str | None = "u", **fields) -> IndexPoint:
+    base = dict(id=uuid.uuid4(), vector=vector, user_id=user, agent_id=None, run_id=None, type="fact", tags=[],
                 who=None, source_type=None, created_at=NOW)
     base.update(fields)
     return IndexPoint(**base)
 
 
-async def test_nearest_first_with_cosine_scores(index):
-    points = [_point(i) for i in range(5)]
+async def test_nearest_first_with_cosine_scores(index, point, vec):
+    points = [point(i) for i in range(5)]
     await index.upsert(points)
     hits = await index.search(points[3].vector, Scope(user_id="u"), ALL, 5)
     assert hits[0].id == points[3].id and hits[0].score == pytest.approx(1.0, abs=1e-4)
@@ -53,9 +81,9 @@ async def test_nearest_first_with_cosine_scores(index):
     assert await index.count() == 5
 
 
-async def test_scope_is_always_enforced(index):
-    mine, theirs = _point(1, "alice"), _point(1, "bob")
-    narrow = _point(2, "alice", agent_id="a1")
+async def test_scope_is_always_enforced(index, point, vec):
+    mine, theirs = point(1, "alice"), point(1, "bob")
+    narrow = point(2, "alice", agent_id="a1")
     await index.upsert([mine, theirs, narrow])
     hits = await index.search(mine.vector, Scope(user_id="alice"), ALL, 10)
     assert {h.id for h in hits} == {mine.id, narrow.id}
@@ -63,11 +91,11 @@ async def test_scope_is_always_enforced(index):
     assert [h.id for h in hits] == [narrow.id]
 
 
-async def test_points_whose_whole_scope_is_not_granted_are_never_returned(index):
-    agent_only = _point(1, user=None, agent_id="x")
-    bobs = _point(1, "bob", agent_id="x")
-    in_r1 = _point(2, user=None, agent_id="x", run_id="r1")
-    in_r2 = _point(3, user=None, agent_id="x", run_id="r2")
+async def test_points_whose_whole_scope_is_not_granted_are_never_returned(index, point, vec):
+    agent_only = point(1, user=None, agent_id="x")
+    bobs = point(1, "bob", agent_id="x")
+    in_r1 = point(2, user=None, agent_id="x", run_id="r1")
+    in_r2 = point(3, user=None, agent_id="x", run_id="r2")
     await index.upsert([agent_only, bobs, in_r1, in_r2])
 
     async def seen_by(*grants: str) -> set:
@@ -82,8 +110,8 @@ async def test_points_whose_whole_scope_is_not_granted_are_never_returned(index)
     assert await seen_by("*") == {agent_only.id, bobs.id, in_r1.id, in_r2.id}
 
 
-async def test_deleted_points_are_hidden_unless_asked_for(index):
-    point = _point(1)
+async def test_deleted_points_are_hidden_unless_asked_for(index, point, vec):
+    point = point(1)
     await index.upsert([point])
     await index.set_deleted([point.id], True)
     assert await index.search(point.vector, Scope(user_id="u"), ALL, 10) == []
@@ -93,9 +121,9 @@ async def test_deleted_points_are_hidden_unless_asked_for(index):
     assert len(await index.search(point.vector, Scope(user_id="u"), ALL, 10)) == 1
 
 
-async def test_payload_filters_and_time_range(index):
-    a = _point(1, type="preference", tags=["travel"], who="user", source_type="chat", created_at=NOW - timedelta(days=40))
-    b = _point(2, type="event", tags=["travel", "oslo"], who="agent", source_type="email", created_at=NOW)
+async def test_payload_filters_and_time_range(index, point, vec):
+    a = point(1, type="preference", tags=["travel"], who="user", source_type="chat", created_at=NOW - timedelta(days=40))
+    b = point(2, type="event", tags=["travel", "oslo"], who="agent", source_type="email", created_at=NOW)
     await index.upsert([a, b])
     scope = Scope(user_id="u")
 
@@ -111,22 +139,31 @@ async def test_payload_filters_and_time_range(index):
     assert await ids(created_to=NOW - timedelta(days=7)) == {a.id}
 
 
-async def test_upsert_replaces_and_delete_removes(index):
-    point = _point(1)
+async def test_upsert_replaces_and_delete_removes(index, point, vec):
+    point = point(1)
     await index.upsert([point])
-    moved = IndexPoint(**{**point.__dict__, "vector": _vec(9)})
+    moved = IndexPoint(**{**point.__dict__, "vector": vec(9)})
     await index.upsert([moved])
     assert await index.count() == 1
-    hits = await index.search(_vec(9), Scope(user_id="u"), ALL, 1)
+    hits = await index.search(vec(9), Scope(user_id="u"), ALL, 1)
     assert hits[0].id == point.id and hits[0].score == pytest.approx(1.0, abs=1e-4)
     await index.delete([point.id, uuid.uuid4()])
     assert await index.count() == 0
 
 
+async def test_a_sparse_query_scores_the_dot_product_and_misses_points_holding_none_of_its_terms(index, kind):
+    if kind != "sparse":
+        pytest.skip("a sparse index's own contract")
+    a, b, c = _point({1: 0.5, 2: 1.0}), _point({2: 0.25, 3: 2.0}), _point({4: 1.0})
+    await index.upsert([a, b, c])
+    hits = await index.search({2: 2.0, 3: 0.1}, Scope(user_id="u"), ALL, 10)
+    assert [(h.id, round(h.score, 4)) for h in hits] == [(a.id, 2.0), (b.id, 0.7)]
+
+
 async def test_edge_shard_persists_across_reopen(tmp_path):
     first = EdgeIndex(tmp_path / "shard")
     await first.ensure(model="m", dim=DIM)
-    point = _point(1)
+    point = _point([1.0] + [0.0] * (DIM - 1))
     await first.upsert([point])
     await first.close()
     again = EdgeIndex(tmp_path / "shard")

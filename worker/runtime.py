@@ -34,6 +34,7 @@ from engram.inference.embedder import Embedder
 from engram.inference.embedding_spaces import EmbeddingSpaces, Space
 from engram.inference.providers import LLMProvider, build_provider_chain
 from engram.inference.remote_embedders import PROBE_TEXT, open_embedder
+from engram import lexical_steps
 from engram.inference.vector_index import EdgeIndex, QdrantServerIndex, VectorIndex, vector_name
 from engram.ingest_steps import Retry
 from engram.recall.pipeline import Recall
@@ -43,6 +44,7 @@ from engram.settings import Settings
 from engram.store import embeddings, jobs, keys, provider_health
 from engram.store import pool as pool_module
 from engram.store.notifications import FirstPassWaiter, listen_forever
+from worker.lexical import LexicalIndexer
 from worker.outbox import Dispatcher
 from worker.startup import analyzer_of
 from worker.temporal_pipeline import TemporalPipeline, index_queue
@@ -67,6 +69,18 @@ def open_index(settings: Settings, model: str) -> VectorIndex:
     return EdgeIndex(settings.data_dir / "qdrant" / name)
 
 
+def open_lexical_index(settings: Settings) -> VectorIndex:
+    """The lexical index: sparse BM25 vectors, one collection (or shard directory) for every
+    model, beside the embedding spaces' (engram.lexical_steps fills it)."""
+    name = f"{settings.qdrant_collection}__lexical"
+    if settings.qdrant_url:
+        from qdrant_client import AsyncQdrantClient
+
+        client = AsyncQdrantClient(url=settings.qdrant_url, api_key=settings.qdrant_api_key or None)
+        return QdrantServerIndex(client, name)
+    return EdgeIndex(settings.data_dir / "qdrant" / name)
+
+
 def hosts_index(settings: Settings, roles: frozenset[str]) -> bool:
     """Whether a process of these roles writes the vector index (and runs its activities)."""
     return "worker" in roles if settings.qdrant_url else "api" in roles
@@ -81,6 +95,7 @@ class Runtime:
     client: Client
     service: MemoryService
     roles: frozenset[str] = ROLES
+    lexical: VectorIndex | None = None  # the sparse BM25 index, where this process reads or writes it
     tasks: list[asyncio.Task] = field(default_factory=list)
     workers: list[Worker] = field(default_factory=list)
     # A remote embedder's readiness probe is a real (maybe billed) call: its answer is reused this long.
@@ -124,14 +139,17 @@ class Runtime:
                     await index.ensure(model=model, dim=model_embedder.dim)
                 spaces[model] = Space(model_embedder, index)
             embedding_spaces = EmbeddingSpaces(pool, spaces, active=state.active)
+            lexical = open_lexical_index(settings) if with_index else None
+            if lexical is not None:
+                await lexical.ensure_sparse()
         except BaseException:
             await pool.close()
             raise
         availability = Availability(pool, providers)
         waiter = FirstPassWaiter(pool)
-        service = MemoryService(settings, pool, Recall(settings, pool, embedding_spaces, reranker), waiter,
+        service = MemoryService(settings, pool, Recall(settings, pool, embedding_spaces, reranker, lexical), waiter,
                                 availability)
-        rt = cls(settings, pool, embedding_spaces, providers, client, service, roles=roles)
+        rt = cls(settings, pool, embedding_spaces, providers, client, service, roles=roles, lexical=lexical)
         if "api" in roles:
             rt.tasks.append(asyncio.create_task(
                 listen_forever(settings.postgres_dsn, {jobs.FIRST_PASS: waiter.notified,
@@ -150,6 +168,10 @@ class Runtime:
                                   activities=ingest.all() + legacy.all()))
             dispatcher = Dispatcher(TemporalPipeline(client, pool, settings), pool, settings)
             rt.tasks.append(asyncio.create_task(dispatcher.run_forever(), name="outbox-dispatcher"))
+        if hosts_index(settings, roles) and lexical is not None:
+            await lexical_steps.settle(pool, lexical)
+            rt.tasks.append(asyncio.create_task(LexicalIndexer(pool, lexical, settings).run_forever(),
+                                                name="lexical-indexer"))
         if hosts_index(settings, roles):
             activities = IndexActivities(embedding_spaces).all() + ReembedActivities(pool, embedding_spaces).all()
             if "worker" in roles:
@@ -182,6 +204,8 @@ class Runtime:
         for provider in self.providers:
             await provider.aclose()
         await self.spaces.close()
+        if self.lexical is not None:
+            await self.lexical.close()
         await self.pool.close()
 
     async def install_admin_key(self, key: str, name: str = "dev") -> None:

@@ -149,3 +149,36 @@ def term_frequencies(text: str, stemmer: str = "english") -> tuple[Counter[str],
     """(term -> count, document length in terms) for one document."""
     terms = bm25_terms(text, stemmer)
     return Counter(terms), len(terms)
+
+
+# -- the lexical index's sparse vectors ---------------------------------------------------------
+# Okapi BM25 splits into a query side and a document side: score(q, d) = Σ idf(t) · w(t, d), with
+# w(t, d) = tf·(k1+1) / (tf + k1·(1 − b + b·|d|/avgdl)). A memory's sparse vector holds its w by
+# term id, its scope's avgdl taken when it is indexed; a query's holds the idf. Their dot product
+# is BM25 while avgdl holds; Postgres re-scores the candidates exactly either way.
+
+def term_id(term: str) -> int:
+    """A term's id in the sparse vectors: a stable 32-bit hash, the same in every process and
+    release. Two terms may share an id (rarely: ~1 pair among 100k terms); that can only move a
+    memory into or out of the candidates, never change a returned score."""
+    return int.from_bytes(hashlib.blake2b(term.encode(), digest_size=4).digest(), "little")
+
+
+def bm25_document_vector(tf: dict[str, int], length: int, avgdl: float, *, k1: float, b: float) -> dict[int, float]:
+    """A memory's sparse vector: each term's saturated, length-normalised frequency."""
+    norm = k1 * (1 - b + b * length / max(avgdl, 1.0))
+    vector: dict[int, float] = {}
+    for term, count in tf.items():
+        key = term_id(term)
+        vector[key] = vector.get(key, 0.0) + count * (k1 + 1) / (count + norm)
+    return vector
+
+
+def bm25_query_vector(idf: dict[str, float]) -> dict[int, float]:
+    """A query's sparse vector: each distinct term's IDF (terms no memory holds left out)."""
+    vector: dict[int, float] = {}
+    for term, weight in idf.items():
+        if weight > 0:
+            key = term_id(term)
+            vector[key] = vector.get(key, 0.0) + weight
+    return vector

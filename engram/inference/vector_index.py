@@ -1,8 +1,12 @@
-"""The serving vector index: one interface, two adapters.
+"""The serving vector indexes: one interface, two adapters, two kinds.
 
 `EdgeIndex` runs Qdrant's engine in-process (qdrant-edge-py; one process owns the directory).
 `QdrantServerIndex` speaks to a Qdrant server (or `:memory:`) through qdrant-client.
-Postgres holds the canonical embeddings, so either index can be rebuilt from it.
+
+An index holds either dense vectors of one embedding model (`ensure(model=, dim=)`), or the
+sparse BM25 vectors of the lexical index (`ensure_sparse()`): a memory's {term id: weight},
+searched with a query's {term id: IDF} (engram.domain.text.bm25_weights). Postgres holds the
+canonical embeddings and the postings, so every index can be rebuilt from it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from engram.domain.filters import Filters
 from engram.domain.models import SCOPE_PARTS, Scope
 
 _KEYWORD_FIELDS = ("user_id", "agent_id", "run_id", "type", "tags", "who", "source_type")
+SPARSE = "bm25"  # the lexical index's one vector: BM25 weights by term id
+Vector = list[float] | dict[int, float]  # dense values, or sparse {term id: weight}
 
 
 def vector_name(model: str) -> str:
@@ -30,7 +36,7 @@ def vector_name(model: str) -> str:
 @dataclass(frozen=True)
 class IndexPoint:
     id: UUID
-    vector: list[float]
+    vector: Vector
     user_id: str | None
     agent_id: str | None
     run_id: str | None
@@ -82,6 +88,9 @@ class VectorIndex(Protocol):
     async def ensure(self, *, model: str, dim: int) -> None:
         """Create the collection and payload indexes for `model`'s vectors if missing. Idempotent."""
 
+    async def ensure_sparse(self) -> None:
+        """The same for the lexical index's sparse vectors. Idempotent."""
+
     async def upsert(self, points: list[IndexPoint]) -> None:
         """Insert or replace points by id."""
 
@@ -91,8 +100,10 @@ class VectorIndex(Protocol):
     async def delete(self, ids: list[UUID]) -> None:
         """Remove points; missing ids are ignored."""
 
-    async def search(self, vector: list[float], scope: Scope, filters: Filters, limit: int) -> list[VectorHit]:
-        """Nearest points inside `scope` passing `filters`, best first, cosine similarity as the score."""
+    async def search(self, vector: Vector, scope: Scope, filters: Filters, limit: int) -> list[VectorHit]:
+        """Nearest points inside `scope` passing `filters`, best first: cosine similarity as the
+        score, or for a sparse query the dot product with each point's weights (points holding
+        no query term are not hits)."""
 
     async def count(self) -> int: ...
 
@@ -114,13 +125,22 @@ class EdgeIndex:
         self._write_lock = threading.Lock()
 
     async def ensure(self, *, model: str, dim: int) -> None:
-        await asyncio.to_thread(self._open, model, dim)
-
-    def _open(self, model: str, dim: int) -> None:
         import qdrant_edge as q
 
         self._vector_name = name = vector_name(model)
-        config = q.EdgeConfig(vectors={name: q.EdgeVectorParams(size=dim, distance=q.Distance.Cosine)})
+        await asyncio.to_thread(self._open, q.EdgeConfig(
+            vectors={name: q.EdgeVectorParams(size=dim, distance=q.Distance.Cosine)}))
+
+    async def ensure_sparse(self) -> None:
+        import qdrant_edge as q
+
+        self._vector_name = SPARSE
+        await asyncio.to_thread(self._open, q.EdgeConfig(vectors={}, sparse_vectors={
+            SPARSE: q.EdgeSparseVectorParams()}))
+
+    def _open(self, config) -> None:
+        import qdrant_edge as q
+
         if self._path.exists() and any(self._path.iterdir()):
             self._shard = q.EdgeShard.load(str(self._path), config)
             return
@@ -140,7 +160,7 @@ class EdgeIndex:
         import qdrant_edge as q
 
         op = q.UpdateOperation.upsert_points(
-            [q.Point(str(p.id), {self._vector_name: list(p.vector)}, p.payload()) for p in points]
+            [q.Point(str(p.id), {self._vector_name: _edge_vector(p.vector)}, p.payload()) for p in points]
         )
         await asyncio.to_thread(self._write, op)
 
@@ -155,23 +175,12 @@ class EdgeIndex:
 
         await asyncio.to_thread(self._write, q.UpdateOperation.delete_points([str(i) for i in ids]))
 
-    async def search(self, vector: list[float], scope: Scope, filters: Filters, limit: int) -> list[VectorHit]:
+    async def search(self, vector: Vector, scope: Scope, filters: Filters, limit: int) -> list[VectorHit]:
         import qdrant_edge as q
 
-        must = [q.FieldCondition(k, match=q.MatchValue(v)) for k, v in _conditions(scope, filters)]
-        for part, values in _restricted_parts(filters):
-            either = [q.IsNullCondition(part)] + ([q.FieldCondition(part, match=q.MatchAny(values))] if values else [])
-            must.append(q.Filter(should=either))
-        if filters.tags:
-            must.append(q.FieldCondition("tags", match=q.MatchAny(list(filters.tags))))
-        if filters.created_from or filters.created_to:
-            must.append(q.FieldCondition("created_at", range=q.RangeFloat(
-                gte=filters.created_from.timestamp() if filters.created_from else None,
-                lte=filters.created_to.timestamp() if filters.created_to else None,
-            )))
         request = q.QueryRequest(
-            limit=limit, query=q.Query.Nearest(list(vector), using=self._vector_name),
-            filter=q.Filter(must=must), with_payload=False,
+            limit=limit, query=q.Query.Nearest(_edge_vector(vector), using=self._vector_name),
+            filter=_edge_filter(scope, filters), with_payload=False,
         )
         points = await asyncio.to_thread(self._shard.query, request)
         return [VectorHit(UUID(str(p.id)), float(p.score)) for p in points]
@@ -206,11 +215,20 @@ class QdrantServerIndex:
         from qdrant_client import models as m
 
         self._vector_name = name = vector_name(model)
+        await self._create(vectors_config={name: m.VectorParams(size=dim, distance=m.Distance.COSINE)})
+
+    async def ensure_sparse(self) -> None:
+        from qdrant_client import models as m
+
+        self._vector_name = SPARSE
+        await self._create(vectors_config={}, sparse_vectors_config={SPARSE: m.SparseVectorParams()})
+
+    async def _create(self, **config) -> None:
+        from qdrant_client import models as m
+
         if await self._client.collection_exists(self._collection):
             return
-        await self._client.create_collection(
-            self._collection, vectors_config={name: m.VectorParams(size=dim, distance=m.Distance.COSINE)},
-        )
+        await self._client.create_collection(self._collection, **config)
         for name in _KEYWORD_FIELDS:
             await self._client.create_payload_index(self._collection, name, m.PayloadSchemaType.KEYWORD)
         await self._client.create_payload_index(self._collection, "deleted", m.PayloadSchemaType.INTEGER)
@@ -220,7 +238,7 @@ class QdrantServerIndex:
         from qdrant_client import models as m
 
         await self._client.upsert(self._collection, points=[
-            m.PointStruct(id=str(p.id), vector={self._vector_name: list(p.vector)}, payload=p.payload())
+            m.PointStruct(id=str(p.id), vector={self._vector_name: _server_vector(p.vector)}, payload=p.payload())
             for p in points
         ], wait=True)
 
@@ -232,25 +250,10 @@ class QdrantServerIndex:
 
         await self._client.delete(self._collection, m.PointIdsList(points=[str(i) for i in ids]), wait=True)
 
-    async def search(self, vector: list[float], scope: Scope, filters: Filters, limit: int) -> list[VectorHit]:
-        from qdrant_client import models as m
-
-        must: list = [m.FieldCondition(key=k, match=m.MatchValue(value=v)) for k, v in _conditions(scope, filters)]
-        for part, values in _restricted_parts(filters):
-            either: list = [m.IsNullCondition(is_null=m.PayloadField(key=part))]
-            if values:
-                either.append(m.FieldCondition(key=part, match=m.MatchAny(any=values)))
-            must.append(m.Filter(should=either))
-        if filters.tags:
-            must.append(m.FieldCondition(key="tags", match=m.MatchAny(any=list(filters.tags))))
-        if filters.created_from or filters.created_to:
-            must.append(m.FieldCondition(key="created_at", range=m.Range(
-                gte=filters.created_from.timestamp() if filters.created_from else None,
-                lte=filters.created_to.timestamp() if filters.created_to else None,
-            )))
+    async def search(self, vector: Vector, scope: Scope, filters: Filters, limit: int) -> list[VectorHit]:
         result = await self._client.query_points(
-            self._collection, query=list(vector), using=self._vector_name,
-            query_filter=m.Filter(must=must), limit=limit, with_payload=False,
+            self._collection, query=_server_vector(vector), using=self._vector_name,
+            query_filter=_server_filter(scope, filters), limit=limit, with_payload=False,
         )
         return [VectorHit(UUID(str(p.id)), float(p.score)) for p in result.points]
 
@@ -259,3 +262,55 @@ class QdrantServerIndex:
 
     async def close(self) -> None:
         await self._client.close()
+
+
+def _edge_vector(vector: Vector):
+    import qdrant_edge as q
+
+    if isinstance(vector, dict):
+        return q.SparseVector(indices=list(vector), values=[float(v) for v in vector.values()])
+    return list(vector)
+
+
+def _server_vector(vector: Vector):
+    from qdrant_client import models as m
+
+    if isinstance(vector, dict):
+        return m.SparseVector(indices=list(vector), values=[float(v) for v in vector.values()])
+    return list(vector)
+
+
+def _edge_filter(scope: Scope, filters: Filters):
+    import qdrant_edge as q
+
+    must = [q.FieldCondition(k, match=q.MatchValue(v)) for k, v in _conditions(scope, filters)]
+    for part, values in _restricted_parts(filters):
+        either = [q.IsNullCondition(part)] + ([q.FieldCondition(part, match=q.MatchAny(values))] if values else [])
+        must.append(q.Filter(should=either))
+    if filters.tags:
+        must.append(q.FieldCondition("tags", match=q.MatchAny(list(filters.tags))))
+    if filters.created_from or filters.created_to:
+        must.append(q.FieldCondition("created_at", range=q.RangeFloat(
+            gte=filters.created_from.timestamp() if filters.created_from else None,
+            lte=filters.created_to.timestamp() if filters.created_to else None,
+        )))
+    return q.Filter(must=must)
+
+
+def _server_filter(scope: Scope, filters: Filters):
+    from qdrant_client import models as m
+
+    must: list = [m.FieldCondition(key=k, match=m.MatchValue(value=v)) for k, v in _conditions(scope, filters)]
+    for part, values in _restricted_parts(filters):
+        either: list = [m.IsNullCondition(is_null=m.PayloadField(key=part))]
+        if values:
+            either.append(m.FieldCondition(key=part, match=m.MatchAny(any=values)))
+        must.append(m.Filter(should=either))
+    if filters.tags:
+        must.append(m.FieldCondition(key="tags", match=m.MatchAny(any=list(filters.tags))))
+    if filters.created_from or filters.created_to:
+        must.append(m.FieldCondition(key="created_at", range=m.Range(
+            gte=filters.created_from.timestamp() if filters.created_from else None,
+            lte=filters.created_to.timestamp() if filters.created_to else None,
+        )))
+    return m.Filter(must=must)

@@ -1,6 +1,7 @@
-"""Stage 1: candidates. Dense hits from the vector index and BM25 hits from Postgres, then the
-candidates' rows re-read with every filter, so nothing outside the scope or deleted survives.
-Ranking reads a few columns of each candidate; only the results' full rows are read."""
+"""Stage 1: candidates. Dense hits from the vector index and BM25 hits from the lexical index,
+scored in Postgres, then the candidates' rows re-read with every filter, so nothing outside the
+scope or deleted survives. Ranking reads a few columns of each candidate; only the results'
+full rows are read."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import numpy as np
 
 from engram.domain.filters import Filters
 from engram.domain.models import Scope
-from engram.domain.text import bm25_terms
+from engram.domain.text import bm25_query_vector, bm25_terms
 from engram.inference.vector_index import VectorIndex
 from engram.settings import Settings
+from engram.store import lexical_index
 from engram.store import memories as repo
 
 
@@ -37,13 +39,29 @@ async def dense(index: VectorIndex, query_vector: np.ndarray, scope: Scope, filt
 
 
 async def lexical(conn: asyncpg.Connection, settings: Settings, query: str, scope: Scope, filters: Filters,
-                  depth: int, only: list[UUID] | None = None) -> dict[UUID, float]:
+                  depth: int, only: list[UUID] | None = None, index: VectorIndex | None = None) -> dict[UUID, float]:
     """Okapi BM25 over the scope: the top `depth`; or, given `only`, the scores of those of them
     that hold a query term (the others are absent: their score is 0). The scope's statistics
-    hold either way."""
+    hold either way, and every score is Postgres's, exact.
+
+    With the lexical `index`, the top is found without reading every posting of the scope: the
+    index's best 2·`depth` by its stored weights, plus the scope's memories it does not hold
+    yet, are scored exactly and the best `depth` kept. Stored weights use the avgdl of when a
+    memory was indexed, so that only decides who is a candidate, at the margin. Without it,
+    every posting of the query's terms in the scope is aggregated."""
     terms = bm25_terms(query, settings.bm25_stemmer)
-    return await repo.bm25_scores(conn, scope, filters, terms, k1=settings.bm25_k1, b=settings.bm25_b,
-                                  limit=None if only is not None else depth, only_ids=only)
+    k1, b = settings.bm25_k1, settings.bm25_b
+    if only is not None or index is None or not terms:
+        return await repo.bm25_scores(conn, scope, filters, terms, k1=k1, b=b,
+                                      limit=None if only is not None else depth, only_ids=only)
+    stats = await lexical_index.query_stats(conn, scope, filters, terms)
+    if not stats.idf:
+        return {}
+    hits = await index.search(bm25_query_vector(stats.idf), scope, filters, 2 * depth)
+    fresh = await lexical_index.unindexed_matching(conn, scope, filters, terms)
+    scores = await repo.bm25_scores(conn, scope, filters, terms, k1=k1, b=b,
+                                    only_ids=list(dict.fromkeys([*(h.id for h in hits), *fresh])))
+    return dict(sorted(scores.items(), key=lambda item: -item[1])[:depth])
 
 
 async def rows(conn: asyncpg.Connection, ids: list[UUID], scope: Scope, filters: Filters,

@@ -26,6 +26,7 @@ import numpy as np
 from engram.domain.filters import Filters
 from engram.domain.models import Scope, ScoreComponents, SearchHit
 from engram.inference.embedding_spaces import EmbeddingSpaces, Space
+from engram.inference.vector_index import VectorIndex
 from engram.recall import candidates, expansion, fusion
 from engram.recall.rerank import Reranker, RerankFailed, with_context
 from engram.settings import Settings
@@ -66,11 +67,12 @@ class Recall:
     """Stateless apart from its clients; safe to share across requests."""
 
     def __init__(self, settings: Settings, pool: asyncpg.Pool, spaces: EmbeddingSpaces,
-                 reranker: Reranker | None) -> None:
+                 reranker: Reranker | None, lexical: VectorIndex | None = None) -> None:
         self._settings = settings
         self._pool = pool
         self._spaces = spaces
         self._reranker = reranker
+        self._lexical = lexical  # the sparse BM25 index; None: BM25 aggregates the postings
 
     @property
     def can_rerank(self) -> bool:
@@ -113,7 +115,7 @@ class Recall:
         try:
             t = time.perf_counter()
             async with self._pool.acquire() as conn:
-                lexical = await candidates.lexical(conn, s, query, scope, filters, depth)
+                lexical = await candidates.lexical(conn, s, query, scope, filters, depth, index=self._lexical)
             bm25_ms = (time.perf_counter() - t) * 1e3
         except BaseException:
             vector_leg.cancel()

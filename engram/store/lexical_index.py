@@ -1,6 +1,10 @@
 """The BM25 index as a whole: its postings and statistics must come from the analyzer that
 tokenises queries (`engram.domain.text.bm25_analyzer`). Writes keep them one memory at a time
 (`engram.store.memories`); this rebuilds all of them when the configured analyzer changes.
+
+It also feeds the lexical index, the sparse vectors that give search its BM25 candidates
+(engram.lexical_steps): which memories it does not hold yet (`lexical_indexed`, the outbox),
+their postings and their scopes' average lengths, and the query-side statistics.
 """
 
 from __future__ import annotations
@@ -8,10 +12,18 @@ from __future__ import annotations
 import logging
 import time
 
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
 import asyncpg
 
+from engram.domain.filters import Filters
+from engram.domain.models import Scope
 from engram.domain.text import term_frequencies
 from engram.store import bm25
+from engram.store.sql import Where
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +63,122 @@ async def settle_analyzer(conn: asyncpg.Connection, analyzer: str, stemmer: str,
             postings += len(new_postings)
             relengthed += len(lengths)
         scopes, terms = await bm25.recount_stats(conn)
+        await conn.execute("UPDATE memories SET lexical_indexed = false")  # its points hold the old terms
         await bm25.record(conn, analyzer, rebuilt=True)
     log.info("BM25 postings rebuilt", extra={
         "from": state.analyzer, "to": analyzer, "memories": memories, "postings": postings,
         "lengths_changed": relengthed, "scopes": scopes, "terms": terms,
         "latency_ms": round((time.perf_counter() - started) * 1000, 1)})
+
+
+# -- the lexical index's outbox ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ToIndex:
+    """A memory the lexical index does not hold yet: its labels, postings and its scope's avgdl."""
+
+    id: UUID
+    version: int
+    user_id: str | None
+    agent_id: str | None
+    run_id: str | None
+    type: str
+    tags: list[str]
+    who: str | None
+    source_type: str | None
+    created_at: datetime
+    is_deleted: bool
+    token_count: int
+    avgdl: float
+    tf: dict[str, int]
+
+
+async def to_index(pool: asyncpg.Pool, limit: int) -> list[ToIndex]:
+    """Up to `limit` memories not in the lexical index yet, oldest first."""
+    rows = await pool.fetch(
+        """
+        SELECT m.id, m.version, m.user_id, m.agent_id, m.run_id, m.type, m.tags, m.who, m.source_type,
+               m.created_at, m.is_deleted, m.token_count,
+               coalesce(s.total_len::float8 / nullif(s.doc_count, 0), m.token_count) AS avgdl
+        FROM memories m LEFT JOIN bm25_scope_stats s ON s.scope_key = m.scope_key
+        WHERE NOT m.lexical_indexed ORDER BY m.created_at, m.id LIMIT $1
+        """,
+        limit,
+    )
+    if not rows:
+        return []
+    tf: dict[UUID, dict[str, int]] = defaultdict(dict)
+    for p in await pool.fetch("SELECT memory_id, term, tf FROM memory_terms WHERE memory_id = ANY($1::uuid[])",
+                              [r["id"] for r in rows]):
+        tf[p["memory_id"]][p["term"]] = p["tf"]
+    return [ToIndex(**dict(r), tf=tf[r["id"]]) for r in rows]
+
+
+async def mark_indexed(pool: asyncpg.Pool, written: list[tuple[UUID, int]]) -> int:
+    """Record (memory, version) pairs as held by the lexical index. A memory changed since it
+    was read (another version) stays to do. Returns how many were marked."""
+    if not written:
+        return 0
+    result = await pool.execute(
+        """
+        UPDATE memories m SET lexical_indexed = true FROM unnest($1::uuid[], $2::int[]) AS w(id, version)
+        WHERE m.id = w.id AND m.version = w.version AND NOT m.lexical_indexed
+        """,
+        [w[0] for w in written], [w[1] for w in written],
+    )
+    return int(result.split()[-1])
+
+
+async def reset_indexed(pool: asyncpg.Pool) -> int:
+    """Every memory to index again (a new, empty lexical index). Returns how many."""
+    result = await pool.execute("UPDATE memories SET lexical_indexed = false WHERE lexical_indexed")
+    return int(result.split()[-1])
+
+
+async def any_indexed(pool: asyncpg.Pool) -> bool:
+    return await pool.fetchval("SELECT EXISTS (SELECT 1 FROM memories WHERE lexical_indexed)")
+
+
+# -- the query side ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class QueryStats:
+    """BM25's statistics for one query over the exact scopes inside a search scope that the
+    caller may see: each query term's IDF (terms no memory there holds are absent)."""
+
+    idf: dict[str, float]
+
+
+async def query_stats(conn: asyncpg.Connection, scope: Scope, filters: Filters, terms: list[str]) -> QueryStats:
+    """IDF = ln(1 + (N - df + 0.5) / (df + 0.5)), as memories.bm25_scores computes it."""
+    where = Where([sorted(set(terms))])
+    where.scope(scope, "s")
+    where.visible(filters.visible, "s")
+    rows = await conn.fetch(
+        f"""
+        WITH scopes AS (SELECT s.scope_key, s.doc_count FROM bm25_scope_stats s WHERE {where.sql()}),
+        n AS (SELECT coalesce(sum(doc_count), 0)::float8 AS n FROM scopes)
+        SELECT ts.term, ln(1 + greatest(n.n - sum(ts.df) + 0.5, 0) / (sum(ts.df) + 0.5)) AS idf
+        FROM bm25_term_stats ts JOIN scopes USING (scope_key) CROSS JOIN n
+        WHERE ts.term = ANY($1::text[]) GROUP BY ts.term, n.n HAVING sum(ts.df) > 0
+        """,
+        *where.params,
+    )
+    return QueryStats(idf={r["term"]: float(r["idf"]) for r in rows})
+
+
+async def unindexed_matching(conn: asyncpg.Connection, scope: Scope, filters: Filters, terms: list[str]) -> list[UUID]:
+    """The memories in `scope` passing `filters` that hold a query term and that the lexical
+    index does not hold yet: the newest writes, or all of them while it is rebuilt."""
+    where = Where([sorted(set(terms))])
+    where.add_raw("NOT m.lexical_indexed")
+    where.scope(scope, "m")
+    where.filters(filters)
+    rows = await conn.fetch(
+        f"""
+        SELECT m.id FROM memories m WHERE {where.sql()}
+          AND EXISTS (SELECT 1 FROM memory_terms t WHERE t.memory_id = m.id AND t.term = ANY($1::text[]))
+        """,
+        *where.params,
+    )
+    return [r["id"] for r in rows]

@@ -127,6 +127,7 @@ CREATE TABLE memories (
     updated_by text NOT NULL,
     version integer NOT NULL DEFAULT 1,
     scope_key text NOT NULL GENERATED ALWAYS AS (engram_scope_key(user_id, agent_id, run_id)) STORED,
+    lexical_indexed boolean NOT NULL DEFAULT false,
     CONSTRAINT memories_check CHECK (((user_id IS NOT NULL) OR (agent_id IS NOT NULL) OR (run_id IS NOT NULL))),
     CONSTRAINT memories_extraction_status_check CHECK ((extraction_status = ANY (ARRAY['pending'::text, 'unprocessed'::text, 'done'::text, 'skipped'::text, 'failed'::text]))),
     CONSTRAINT memories_pkey PRIMARY KEY (id)
@@ -134,6 +135,10 @@ CREATE TABLE memories (
 CREATE INDEX memories_agent_idx ON public.memories USING btree (agent_id, created_at);
 CREATE INDEX memories_created_at_idx ON public.memories USING btree (created_at, id);
 CREATE INDEX memories_is_deleted_idx ON public.memories USING btree (is_deleted);
+CREATE INDEX memories_lexical_todo_agent_idx ON public.memories USING btree (agent_id) WHERE (NOT lexical_indexed);
+CREATE INDEX memories_lexical_todo_idx ON public.memories USING btree (created_at, id) WHERE (NOT lexical_indexed);
+CREATE INDEX memories_lexical_todo_run_idx ON public.memories USING btree (run_id) WHERE (NOT lexical_indexed);
+CREATE INDEX memories_lexical_todo_user_idx ON public.memories USING btree (user_id) WHERE (NOT lexical_indexed);
 CREATE UNIQUE INDEX memories_live_scope_hash_uq ON public.memories USING btree (scope_key, content_hash) WHERE (NOT is_deleted);
 CREATE INDEX memories_pinned_idx ON public.memories USING btree (pinned) WHERE pinned;
 CREATE UNIQUE INDEX memories_pkey ON public.memories USING btree (id);

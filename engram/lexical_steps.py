@@ -1,0 +1,44 @@
+"""Filling the lexical index, the sparse BM25 vectors that give search its candidates
+(engram.recall.candidates.lexical), from Postgres, which stays the record: the postings, the
+statistics and the final scores are Postgres's.
+
+`index_pending` writes the points of memories not yet held (the `lexical_indexed` outbox) and
+marks them; `settle` finds a new, empty index beside memories marked as held and marks them all
+to do again, so the same loop rebuilds it. Both are idempotent; worker/lexical.py runs them in
+the process that owns the index.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import asyncpg
+
+from engram.domain.text import bm25_document_vector
+from engram.inference.vector_index import IndexPoint, VectorIndex
+from engram.store import lexical_index
+
+log = logging.getLogger(__name__)
+
+
+async def index_pending(pool: asyncpg.Pool, index: VectorIndex, *, k1: float, b: float, limit: int) -> int:
+    """Write the points of up to `limit` memories the index does not hold yet; returns how many
+    were marked held (a memory changed meanwhile stays to do)."""
+    todo = await lexical_index.to_index(pool, limit)
+    points = [
+        IndexPoint(id=t.id, vector=bm25_document_vector(t.tf, t.token_count, t.avgdl, k1=k1, b=b),
+                   user_id=t.user_id, agent_id=t.agent_id, run_id=t.run_id, type=t.type, tags=list(t.tags),
+                   who=t.who, source_type=t.source_type, created_at=t.created_at, deleted=t.is_deleted)
+        for t in todo if t.tf  # a memory without a term is no BM25 candidate: nothing to hold
+    ]
+    if points:
+        await index.upsert(points)
+    return await lexical_index.mark_indexed(pool, [(t.id, t.version) for t in todo])
+
+
+async def settle(pool: asyncpg.Pool, index: VectorIndex) -> None:
+    """An empty index while memories are marked held (a new shard or collection, a wiped one):
+    mark every memory to do, so `index_pending` rebuilds it from the postings."""
+    if await index.count() == 0 and await lexical_index.any_indexed(pool):
+        reset = await lexical_index.reset_indexed(pool)
+        log.warning("the lexical index is empty: rebuilding it from Postgres", extra={"memories": reset})

@@ -1,0 +1,86 @@
+"""The lexical index: BM25 candidates from sparse vectors in the vector engine, scored exactly in
+Postgres. Its top equals the aggregation of every posting; a memory is found before the index
+holds it; an empty index is rebuilt from Postgres; a changed analyzer re-indexes everything."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+
+from engram.domain.auth import EVERYTHING
+from engram.domain.filters import Filters
+from engram.domain.models import Scope
+from engram.domain.text import bm25_terms
+from engram.recall import candidates
+from engram.store import memories as repo
+
+TEXTS = [
+    "Caroline went to the LGBTQ support group on Tuesday", "Melanie painted a sunrise over the lake",
+    "Caroline is researching adoption agencies", "Melanie ran a charity race for mental health",
+    "The support group met again in May", "Caroline gave a talk at school about her journey",
+    "Melanie's kids love the pottery class", "A lake trip with the family in June",
+    "Caroline wants to become a counselor", "Melanie and Caroline talked about painting",
+]
+QUERIES = ["When did Caroline go to the support group?", "What did Melanie paint?", "lake family trip",
+           "pottery class kids", "counselor career", "charity race"]
+
+
+async def _bulk(app, scope: dict, texts: list[str]) -> None:
+    items = [{"content": t, "scope": scope} for t in texts]
+    response = await app.post("/api/memory/remember/batch", {"items": items})
+    assert response.status_code == 200, response.text
+
+
+async def _wait_indexed(app, timeout_s: float = 30) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while await app.count("SELECT count(*) FROM memories WHERE NOT lexical_indexed"):
+        assert asyncio.get_running_loop().time() < deadline, "the lexical indexer did not catch up"
+        await asyncio.sleep(0.1)
+
+
+async def test_the_lexical_index_top_equals_the_aggregation_of_every_posting(app):
+    scope = {"user_id": "lex"}
+    await _bulk(app, scope, [f"{t} (note {i})" for i in range(30) for t in TEXTS])  # 300 memories, many ties
+    await _bulk(app, {"user_id": "lex", "agent_id": "a1"}, [f"{t}, said the agent" for t in TEXTS])
+    await _bulk(app, {"user_id": "other"}, TEXTS)
+    await _wait_indexed(app)
+    s, filters = app.settings, Filters(EVERYTHING)
+    for query in QUERIES:
+        for depth in (5, 40):
+            async with app.pool.acquire() as conn:
+                got = await candidates.lexical(conn, s, query, Scope(**scope), filters, depth, index=app.runtime.lexical)
+                want = await repo.bm25_scores(conn, Scope(**scope), filters, bm25_terms(query), k1=s.bm25_k1,
+                                              b=s.bm25_b, limit=depth)
+            assert sorted(got.values(), reverse=True) == sorted(want.values(), reverse=True), (query, depth)
+            assert await app.count("SELECT count(*) FROM memories WHERE id = ANY($1::uuid[]) AND user_id <> 'lex'",
+                                   list(got)) == 0
+
+
+async def test_a_memory_is_found_by_bm25_before_the_lexical_index_holds_it(app):
+    scope = {"user_id": "fresh"}
+    await _bulk(app, scope, TEXTS)
+    await _wait_indexed(app)
+    target = await app.pool.fetchval("SELECT id FROM memories WHERE content LIKE 'Melanie painted%'")
+    await app.runtime.lexical.delete([target])  # as if just written: not in the index yet
+    await app.pool.execute("UPDATE memories SET lexical_indexed = false WHERE id = $1", target)
+    hits = await app.search("sunrise", scope=scope)
+    by_bm25 = [h["memory"]["id"] for h in hits if h["components"]["bm25"] > 0]
+    assert by_bm25 == [str(target)] and hits[0]["memory"]["id"] == str(target)
+    await _wait_indexed(app)  # and the indexer puts it back
+    assert await app.runtime.lexical.count() == len(TEXTS)
+
+
+async def test_an_empty_lexical_index_is_rebuilt_from_postgres_at_start(make_app, tmp_path):
+    data_dir = tmp_path / "kept"
+    async with make_app(data_dir=data_dir) as app:
+        await _bulk(app, {"user_id": "r"}, TEXTS)
+        await _wait_indexed(app)
+        dsn = app.settings.postgres_dsn
+        expected = [h["memory"]["id"] for h in await app.search("Caroline support group", scope={"user_id": "r"})]
+    for shard in (data_dir / "qdrant").glob("*__lexical"):
+        shutil.rmtree(shard)  # lost: a disk replaced, a directory deleted by hand
+    async with make_app(postgres_dsn=dsn, data_dir=data_dir) as app:
+        await _wait_indexed(app)  # start-up marked every memory to do before serving
+        assert await app.runtime.lexical.count() == len(TEXTS)
+        again = [h["memory"]["id"] for h in await app.search("Caroline support group", scope={"user_id": "r"})]
+        assert again == expected
