@@ -41,7 +41,7 @@ from engram.recall.pipeline import Recall
 from engram.recall.rerank import CrossEncoder, LLMReranker, Reranker, ms_marco_files
 from engram.service import MemoryService
 from engram.settings import Settings
-from engram.store import embeddings, jobs, keys, provider_health
+from engram.store import embeddings, jobs, keys, lexical_index, provider_health
 from engram.store import pool as pool_module
 from engram.store.notifications import FirstPassWaiter, listen_forever
 from worker.lexical import LexicalIndexer
@@ -217,6 +217,7 @@ class Runtime:
         checks = {
             "postgres": self._check_postgres(), "temporal": self._check_temporal(),
             "vector_index": self._check_index(), "embedder": self._check_embedder(),
+            "lexical_index": self._check_lexical(),
         }
         names = list(checks)
         results = await asyncio.gather(*checks.values(), return_exceptions=True)
@@ -233,6 +234,14 @@ class Runtime:
         except (OSError, asyncpg.PostgresError) as err:
             state["pipeline"] = {"ok": False, "detail": repr(err)}
         return state
+
+    async def _check_lexical(self) -> dict:
+        """The lexical index's points and the memories it does not hold yet (search scores those
+        in Postgres meanwhile, so a backlog slows BM25 but never hides a memory)."""
+        if self.lexical is None:
+            return {"ok": True, "detail": "not used by this process"}
+        points, to_index = await asyncio.gather(self.lexical.count(), lexical_index.to_index_count(self.pool))
+        return {"ok": True, "detail": f"{self.lexical.name}", "points": points, "to_index": to_index}
 
     async def _pipeline_state(self) -> dict:
         """The write queue and the parked extractions, and why they are parked; never blocks readiness."""

@@ -135,6 +135,10 @@ async def reset_indexed(pool: asyncpg.Pool) -> int:
     return int(result.split()[-1])
 
 
+async def to_index_count(pool: asyncpg.Pool) -> int:
+    return await pool.fetchval("SELECT count(*) FROM memories WHERE NOT lexical_indexed")
+
+
 async def any_indexed(pool: asyncpg.Pool) -> bool:
     return await pool.fetchval("SELECT EXISTS (SELECT 1 FROM memories WHERE lexical_indexed)")
 
