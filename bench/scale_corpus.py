@@ -1,9 +1,12 @@
 """The corpus of `bench.scale` and its offline loader.
 
 The corpus is 100 scopes (user_id `scale-000` ..) whose texts are the 1,676 LoCoMo dev turns:
-each scope holds a seeded random sample of them, so the same texts recur across scopes (never
-twice in one scope). Each distinct text is embedded once, in this process, with the service's
-model; the service would compute the same vector.
+each scope holds a seeded random sample of them, so the same texts recur across scopes. Each
+distinct text is embedded once, in this process, with the service's model; the service would
+compute the same vector. A scope holding more memories than there are turns (one big scope)
+goes through the turns again in another order, each repeat with a tail naming its round
+(`[round 2]`) so it is a memory of its own, and with its turn's vector: the tail is one more
+BM25 term, and a vector changes little for it.
 
 Remembering 100k memories through the API would take over an hour (every remember runs a
 workflow), so `load` writes them offline, between service runs, with engram's own repository
@@ -25,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from bench import locomo_data
+from engram import lexical_steps
 from engram.domain.models import Memory, MemoryDraft, Scope
 from engram.domain.text import normalize
 from engram.inference.embedding_spaces import index_point
@@ -33,7 +37,7 @@ from engram.store import pool as pool_module
 from engram.store import embeddings
 from engram.store import memories as repo
 from worker.embedded import EmbeddedPostgres, free_port
-from worker.runtime import open_index
+from worker.runtime import open_index, open_lexical_index
 
 SERVICE_ENV = {"ENGRAM_LLM_PROVIDER": "none"}  # what the service runs with while measured
 ACTOR = "bench:scale-loader"  # who wrote the memories loaded offline (no API key does)
@@ -53,7 +57,8 @@ class Entry:
 @dataclass(frozen=True)
 class Corpus:
     """The text pool, one vector per text (row i for entry i), and each scope's insertion order:
-    a seeded permutation of the pool, of which a corpus of N holds the first N / scopes."""
+    seeded permutations of the pool, one after another, of which a corpus of N holds the first
+    N / scopes (position p is round p // len(pool) + 1)."""
 
     model: str
     entries: list[Entry]
@@ -64,7 +69,8 @@ class Corpus:
         return Scope(user_id=f"scale-{i:03d}")
 
 
-def build_corpus(conversations: list[locomo_data.Conversation], embedder, scopes: int, seed: int) -> Corpus:
+def build_corpus(conversations: list[locomo_data.Conversation], embedder, scopes: int, seed: int,
+                 per_scope: int = 0) -> Corpus:
     """Every distinct turn (by normalised text), embedded once as the service embeds documents."""
     entries: dict[str, Entry] = {}
     for conv in conversations:
@@ -75,7 +81,9 @@ def build_corpus(conversations: list[locomo_data.Conversation], embedder, scopes
     vectors = embedder.embed_sync([e.turn.text for e in pool])
     print(f"  embedded {len(pool)} distinct turns in {time.time() - started:.0f} s", flush=True)
     rng = random.Random(seed)
-    return Corpus(embedder.name, pool, vectors, [rng.sample(range(len(pool)), len(pool)) for _ in range(scopes)])
+    rounds = max(1, -(-per_scope // len(pool)))
+    return Corpus(embedder.name, pool, vectors, [
+        [entry for _ in range(rounds) for entry in rng.sample(range(len(pool)), len(pool))] for _ in range(scopes)])
 
 
 def queries(conversations: list[locomo_data.Conversation], n: int, scopes: int, seed: int) -> list[tuple[str, int]]:
@@ -123,20 +131,26 @@ def load(data: Path, corpus: Corpus, start: int, stop: int) -> LoadStep:
 async def _load(settings: Settings, dsn: str, corpus: Corpus, start: int, stop: int) -> LoadStep:
     pool = await pool_module.create_pool(dsn, min_size=1, max_size=1)
     index = open_index(settings, corpus.model)
+    lexical = open_lexical_index(settings)
     try:
         state = await embeddings.state(pool)
         if state.active != corpus.model or state.target is not None:
             raise RuntimeError(f"the data directory serves {state.active} (target {state.target}), "
                                f"not {corpus.model}")
         await index.ensure(model=corpus.model, dim=corpus.vectors.shape[1])
-        todo = [(s, e) for s in range(len(corpus.order)) for e in corpus.order[s][start:stop]]
+        await lexical.ensure_sparse()
+        todo = [(s, position) for s in range(len(corpus.order)) for position in range(start, stop)]
         started = time.time()
         for first in range(0, len(todo), BATCH):
             batch = todo[first:first + BATCH]
             async with pool.acquire() as conn:
                 async with conn.transaction():
-                    written = [await write_memory(conn, settings, corpus, s, e) for s, e in batch]
-            await index.upsert([index_point(m, corpus.vectors[e]) for m, (_, e) in zip(written, batch)])
+                    written = [await write_memory(conn, settings, corpus, s, position) for s, position in batch]
+            await index.upsert([index_point(m, corpus.vectors[corpus.order[s][position]])
+                                for m, (s, position) in zip(written, batch)])
+            while await lexical_steps.index_pending(pool, lexical, k1=settings.bm25_k1, b=settings.bm25_b,
+                                                    limit=BATCH):
+                pass
             if (first // BATCH) % 20 == 19:
                 print(f"  loaded {first + len(batch)}/{len(todo)}", flush=True)
         seconds = time.time() - started
@@ -145,16 +159,20 @@ async def _load(settings: Settings, dsn: str, corpus: Corpus, start: int, stop: 
         return LoadStep(len(todo), seconds, time.time() - vacuum_started)
     finally:
         await index.close()
+        await lexical.close()
         await pool.close()
 
 
-async def write_memory(conn, settings: Settings, corpus: Corpus, scope_index: int, entry_index: int) -> Memory:
+async def write_memory(conn, settings: Settings, corpus: Corpus, scope_index: int, position: int) -> Memory:
     """What `MemoryService._write_memory` writes for a raw remember (`insert_raw`, minus the job
     row), then the canonical embedding the pipeline stores, with extraction `skipped` as the
     pipeline leaves it with no LLM provider. Returns the row as the pipeline reads it before
     indexing."""
+    entry_index = corpus.order[scope_index][position]
     entry = corpus.entries[entry_index]
-    draft = MemoryDraft(content=entry.turn.text, scope=corpus.scope(scope_index),
+    round_ = position // len(corpus.entries) + 1
+    draft = MemoryDraft(content=entry.turn.text if round_ == 1 else f"{entry.turn.text} [round {round_}]",
+                        scope=corpus.scope(scope_index),
                         session_id=f"{entry.sample_id}:{entry.turn.session}",
                         metadata={"sample_id": entry.sample_id, "dia_id": entry.turn.dia_id})
     memory_id = uuid.uuid4()

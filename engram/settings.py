@@ -44,8 +44,8 @@ class Settings(BaseSettings):
     qdrant_collection: str = "engram_memories"
 
     # Embeddings: a local int8 ONNX model (no network) unless embedding_provider says otherwise.
-    # Through the service on LoCoMo dev, bge-small gives R@10 .717 / nDCG@10 .536 and MiniLM
-    # .700 / .521 (bench/reports/locomo.md).
+    # Through the service on LoCoMo dev, bge-small gives R@10 .719 / nDCG@10 .537 and MiniLM
+    # .700 / .520 (bench/reports/locomo.md).
     embedding_model: Literal["all-MiniLM-L6-v2", "bge-small-en-v1.5"] = "bge-small-en-v1.5"
     # Local model runs side by side (one thread each) for documents; a query runs in its own thread.
     embedding_threads: int = Field(default=2, ge=1)
