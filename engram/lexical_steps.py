@@ -15,7 +15,8 @@ import logging
 import asyncpg
 
 from engram.domain.text import bm25_document_vector
-from engram.inference.vector_index import IndexPoint, VectorIndex
+from engram.inference.embedding_spaces import index_point
+from engram.inference.vector_index import VectorIndex
 from engram.store import lexical_index
 
 log = logging.getLogger(__name__)
@@ -26,14 +27,12 @@ async def index_pending(pool: asyncpg.Pool, index: VectorIndex, *, k1: float, b:
     were marked held (a memory changed meanwhile stays to do)."""
     todo = await lexical_index.to_index(pool, limit)
     points = [
-        IndexPoint(id=t.id, vector=bm25_document_vector(t.tf, t.token_count, t.avgdl, k1=k1, b=b),
-                   user_id=t.user_id, agent_id=t.agent_id, run_id=t.run_id, type=t.type, tags=list(t.tags),
-                   who=t.who, source_type=t.source_type, created_at=t.created_at, deleted=t.is_deleted)
+        index_point(t.row, bm25_document_vector(t.tf, t.row["token_count"], t.row["avgdl"], k1=k1, b=b))
         for t in todo if t.tf  # a memory without a term is no BM25 candidate: nothing to hold
     ]
     if points:
         await index.upsert(points)
-    return await lexical_index.mark_indexed(pool, [(t.id, t.version) for t in todo])
+    return await lexical_index.mark_indexed(pool, [(t.row["id"], t.row["version"]) for t in todo])
 
 
 async def settle(pool: asyncpg.Pool, index: VectorIndex) -> None:

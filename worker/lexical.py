@@ -11,7 +11,6 @@ scores not yet held memories in Postgres meanwhile.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import asyncpg
@@ -19,8 +18,7 @@ import asyncpg
 from engram import lexical_steps
 from engram.inference.vector_index import VectorIndex
 from engram.settings import Settings
-from engram.store import jobs
-from engram.store.notifications import listen_forever
+from engram.store.notifications import NewJobs
 
 log = logging.getLogger(__name__)
 
@@ -33,14 +31,11 @@ class LexicalIndexer:
         self._settings = settings
         self._batch = batch
         self._poll_s = poll_s
-        self._wake = asyncio.Event()
-
-    def wake(self, _payload: str = "") -> None:
-        self._wake.set()
+        self._new_jobs = NewJobs(settings.postgres_dsn)
 
     async def run_forever(self) -> None:
         s = self._settings
-        listener = asyncio.create_task(listen_forever(s.postgres_dsn, {jobs.NEW_JOBS: self.wake}))
+        listener = self._new_jobs.listen()
         try:
             while True:
                 try:
@@ -49,10 +44,6 @@ class LexicalIndexer:
                         pass
                 except (OSError, asyncpg.PostgresError) as err:
                     log.warning("lexical indexer pass failed", extra={"error": str(err)})
-                try:
-                    await asyncio.wait_for(self._wake.wait(), self._poll_s)
-                except asyncio.TimeoutError:
-                    pass
-                self._wake.clear()
+                await self._new_jobs.wait(self._poll_s)
         finally:
             listener.cancel()

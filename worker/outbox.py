@@ -22,7 +22,7 @@ import asyncpg
 
 from engram.settings import Settings
 from engram.store import jobs
-from engram.store.notifications import listen_forever
+from engram.store.notifications import NewJobs
 from worker.temporal_pipeline import TemporalPipeline
 
 log = logging.getLogger(__name__)
@@ -34,15 +34,12 @@ class Dispatcher:
         self._pipeline = pipeline
         self._pool = pool
         self._settings = settings
-        self._wake = asyncio.Event()
-
-    def wake(self, _payload: str = "") -> None:
-        self._wake.set()
+        self._new_jobs = NewJobs(settings.postgres_dsn)
 
     async def run_forever(self) -> None:
         """Dispatch until cancelled."""
         s = self._settings
-        listener = asyncio.create_task(listen_forever(s.postgres_dsn, {jobs.NEW_JOBS: self.wake}))
+        listener = self._new_jobs.listen()
         loop = asyncio.get_running_loop()
         drain_checked = float("-inf")
         try:
@@ -53,12 +50,7 @@ class Dispatcher:
                     await self.dispatch_once()
                 except (OSError, asyncpg.PostgresError) as err:
                     log.warning("dispatcher pass failed", extra={"error": str(err)})
-                try:
-                    await asyncio.wait_for(self._wake.wait(), s.dispatcher_interval_s)
-                    await asyncio.sleep(s.ingest_batch_window_ms / 1000)  # let a burst gather
-                except asyncio.TimeoutError:
-                    pass
-                self._wake.clear()
+                await self._new_jobs.wait(s.dispatcher_interval_s, gather_s=s.ingest_batch_window_ms / 1000)
         finally:
             listener.cancel()
 

@@ -28,13 +28,13 @@ from temporalio.worker import Worker
 from activities.ingest import IndexActivities, IngestActivities
 from activities.reembed import ReembedActivities
 from activities.remember import RememberActivities
+from engram import lexical_steps
 from engram.domain.errors import ConfigError
 from engram.inference.availability import Availability
 from engram.inference.embedder import Embedder
 from engram.inference.embedding_spaces import EmbeddingSpaces, Space
 from engram.inference.providers import LLMProvider, build_provider_chain
 from engram.inference.remote_embedders import PROBE_TEXT, open_embedder
-from engram import lexical_steps
 from engram.inference.vector_index import EdgeIndex, QdrantServerIndex, VectorIndex, vector_name
 from engram.ingest_steps import Retry
 from engram.recall.pipeline import Recall
@@ -60,19 +60,18 @@ ROLES = frozenset({"api", "worker"})
 def open_index(settings: Settings, model: str) -> VectorIndex:
     """The vector index of one embedding model: a collection (or shard directory) per model,
     so a re-embed fills a new one while the old one serves."""
-    name = f"{settings.qdrant_collection}__{vector_name(model)}"
-    if settings.qdrant_url:
-        from qdrant_client import AsyncQdrantClient
-
-        client = AsyncQdrantClient(url=settings.qdrant_url, api_key=settings.qdrant_api_key or None)
-        return QdrantServerIndex(client, name)
-    return EdgeIndex(settings.data_dir / "qdrant" / name)
+    return _open_collection(settings, vector_name(model))
 
 
 def open_lexical_index(settings: Settings) -> VectorIndex:
     """The lexical index: sparse BM25 vectors, one collection (or shard directory) for every
     model, beside the embedding spaces' (engram.lexical_steps fills it)."""
-    name = f"{settings.qdrant_collection}__lexical"
+    return _open_collection(settings, "lexical")
+
+
+def _open_collection(settings: Settings, suffix: str) -> VectorIndex:
+    """`<qdrant_collection>__<suffix>` on the Qdrant server, or that shard directory under data_dir."""
+    name = f"{settings.qdrant_collection}__{suffix}"
     if settings.qdrant_url:
         from qdrant_client import AsyncQdrantClient
 

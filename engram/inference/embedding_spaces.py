@@ -23,7 +23,7 @@ import numpy as np
 
 from engram.domain.errors import EmbeddingUnavailable
 from engram.domain.models import Memory
-from engram.inference.vector_index import IndexPoint, VectorIndex
+from engram.inference.vector_index import IndexPoint, Vector, VectorIndex
 from engram.store import embeddings
 from engram.store import memories as repo
 
@@ -43,9 +43,12 @@ class Stored:
     refusals: dict[UUID, str]
 
 
-def index_point(memory, vector: np.ndarray) -> IndexPoint:
+def index_point(memory, vector: np.ndarray | Vector) -> IndexPoint:
+    """The index point of a memory (a Memory or a row with its columns) with `vector`: dense
+    (numpy) or the lexical index's sparse {term id: weight}."""
     return IndexPoint(
-        id=memory.id if isinstance(memory, Memory) else memory["id"], vector=vector.tolist(),
+        id=memory.id if isinstance(memory, Memory) else memory["id"],
+        vector=vector.tolist() if isinstance(vector, np.ndarray) else vector,
         user_id=_get(memory, "user_id"), agent_id=_get(memory, "agent_id"), run_id=_get(memory, "run_id"),
         type=_get(memory, "type"), tags=list(_get(memory, "tags")), who=_get(memory, "who"),
         source_type=_get(memory, "source_type"), created_at=_get(memory, "created_at"),

@@ -14,7 +14,6 @@ import time
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime
 from uuid import UUID
 
 import asyncpg
@@ -75,21 +74,11 @@ async def settle_analyzer(conn: asyncpg.Connection, analyzer: str, stemmer: str,
 
 @dataclass(frozen=True)
 class ToIndex:
-    """A memory the lexical index does not hold yet: its labels, postings and its scope's avgdl."""
+    """A memory the lexical index does not hold yet: `row` holds its labels (as
+    embedding_spaces.index_point reads them), `version`, `token_count` and its exact scope's
+    `avgdl`; `tf` its postings."""
 
-    id: UUID
-    version: int
-    user_id: str | None
-    agent_id: str | None
-    run_id: str | None
-    type: str
-    tags: list[str]
-    who: str | None
-    source_type: str | None
-    created_at: datetime
-    is_deleted: bool
-    token_count: int
-    avgdl: float
+    row: asyncpg.Record
     tf: dict[str, int]
 
 
@@ -111,7 +100,7 @@ async def to_index(pool: asyncpg.Pool, limit: int) -> list[ToIndex]:
     for p in await pool.fetch("SELECT memory_id, term, tf FROM memory_terms WHERE memory_id = ANY($1::uuid[])",
                               [r["id"] for r in rows]):
         tf[p["memory_id"]][p["term"]] = p["tf"]
-    return [ToIndex(**dict(r), tf=tf[r["id"]]) for r in rows]
+    return [ToIndex(r, tf[r["id"]]) for r in rows]
 
 
 async def mark_indexed(pool: asyncpg.Pool, written: list[tuple[UUID, int]]) -> int:

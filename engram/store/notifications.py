@@ -41,6 +41,32 @@ async def listen_forever(dsn: str, handlers: dict[str, Callable[[str], None]], *
         await asyncio.sleep(retry_s)
 
 
+class NewJobs:
+    """Wakes a loop that works through new jobs: NEW_JOBS sets it (`listen` holds the channel),
+    and `wait` also returns after a poll interval without one, so a notification lost to a
+    dropped connection costs latency, not work."""
+
+    def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
+        self._event = asyncio.Event()
+
+    def notified(self, _payload: str = "") -> None:
+        self._event.set()
+
+    def listen(self) -> asyncio.Task:
+        """The listener, running until the caller cancels it."""
+        return asyncio.create_task(listen_forever(self._dsn, {jobs.NEW_JOBS: self.notified}))
+
+    async def wait(self, poll_s: float, *, gather_s: float = 0.0) -> None:
+        """Until notified (then `gather_s` more, letting a burst gather) or `poll_s` has passed."""
+        try:
+            await asyncio.wait_for(self._event.wait(), poll_s)
+            await asyncio.sleep(gather_s)
+        except asyncio.TimeoutError:
+            pass
+        self._event.clear()
+
+
 class FirstPassWaiter:
     """Waits for jobs' first-pass outcomes: notified by FIRST_PASS, checked in the row at the
     start and every `poll_s` after it."""
