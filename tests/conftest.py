@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
+import threading
 import uuid
 from pathlib import Path
 
@@ -27,6 +29,32 @@ from worker.startup import prepare_store
 
 TEMPLATE_DB = "engram_template"
 DEFAULT_MODEL = Settings.model_fields["embedding_model"].default
+
+
+@pytest.fixture(scope="session", autouse=True)
+async def _session_loop() -> asyncio.AbstractEventLoop:
+    return asyncio.get_running_loop()
+
+
+@pytest.fixture(autouse=True)
+def _hang_report(request, _session_loop):
+    """Shortly before pytest-timeout ends a hung run (it prints only threads), print where every
+    task on the event loop is waiting: for async code, that is where the hang is."""
+    timeout = request.config.getini("timeout")
+    if not timeout or float(timeout) <= 30:
+        yield
+        return
+
+    def print_tasks() -> None:
+        print(f"\n--- {request.node.nodeid} still running: event loop tasks ---", file=sys.stderr)
+        for task in asyncio.all_tasks(_session_loop):
+            task.print_stack(limit=8, file=sys.stderr)
+
+    timer = threading.Timer(float(timeout) - 20, lambda: _session_loop.call_soon_threadsafe(print_tasks))
+    timer.daemon = True
+    timer.start()
+    yield
+    timer.cancel()
 
 
 @pytest.fixture(scope="session")

@@ -48,6 +48,7 @@ async def test_postgres_stopped_answers_503_and_loses_nothing_and_the_service_re
             await asyncio.to_thread(server.start)
             after = await _remember_when_back(app, "Omar tunes harpsichords")
             job = await app.wait_job(after["job_id"], timeout_s=60)  # the dispatcher lived through it
+            assert not [task.get_name() for task in app.runtime.tasks if task.done()]
             assert job["outcome"] in ("processed", None) and job["status"] == "done", job
             contents = {m["content"] for m in (await app.get("/api/memory", user_id="u1")).json()["items"]}
             assert contents == {"Omar tunes pianos", "Omar tunes harpsichords"}

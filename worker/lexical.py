@@ -19,6 +19,7 @@ from engram import lexical_steps
 from engram.inference.vector_index import VectorIndex
 from engram.settings import Settings
 from engram.store.notifications import NewJobs
+from engram.store.pool import UNREACHABLE
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +43,10 @@ class LexicalIndexer:
                     while await lexical_steps.index_pending(self._pool, self._index, k1=s.bm25_k1, b=s.bm25_b,
                                                             limit=self._batch) >= self._batch:
                         pass
-                except (OSError, asyncpg.PostgresError) as err:
-                    log.warning("lexical indexer pass failed", extra={"error": str(err)})
+                except (*UNREACHABLE, asyncpg.PostgresError) as err:
+                    log.warning("lexical indexer pass failed", extra={"error": f"{type(err).__name__}: {err}"})
+                except Exception:  # a bug or a surprise must not stop the loop: the next wake retries
+                    log.exception("lexical indexer pass failed unexpectedly")
                 await self._new_jobs.wait(self._poll_s)
         finally:
             listener.cancel()

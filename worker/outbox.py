@@ -23,6 +23,7 @@ import asyncpg
 from engram.settings import Settings
 from engram.store import jobs
 from engram.store.notifications import NewJobs
+from engram.store.pool import UNREACHABLE
 from worker.temporal_pipeline import TemporalPipeline
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,10 @@ class Dispatcher:
                     if loop.time() - drain_checked > _DRAIN_CHECK_S and await self._pipeline.ensure_drain():
                         drain_checked = loop.time()
                     await self.dispatch_once()
-                except (OSError, asyncpg.PostgresError) as err:
-                    log.warning("dispatcher pass failed", extra={"error": str(err)})
+                except (*UNREACHABLE, asyncpg.PostgresError) as err:
+                    log.warning("dispatcher pass failed", extra={"error": f"{type(err).__name__}: {err}"})
+                except Exception:  # a bug or a surprise must not stop the loop: the next wake retries
+                    log.exception("dispatcher pass failed unexpectedly")
                 await self._new_jobs.wait(s.dispatcher_interval_s, gather_s=s.ingest_batch_window_ms / 1000)
         finally:
             listener.cancel()

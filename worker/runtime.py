@@ -18,6 +18,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -78,6 +79,15 @@ def _open_collection(settings: Settings, suffix: str) -> VectorIndex:
         client = AsyncQdrantClient(url=settings.qdrant_url, api_key=settings.qdrant_api_key or None)
         return QdrantServerIndex(client, name)
     return EdgeIndex(settings.data_dir / "qdrant" / name)
+
+
+def _report_end(task: asyncio.Task) -> None:
+    if task.cancelled():
+        return
+    if (err := task.exception()) is not None:
+        log.error("background task %s stopped", task.get_name(), exc_info=err)
+    else:
+        log.error("background task %s returned; it should run until the process stops", task.get_name())
 
 
 def hosts_index(settings: Settings, roles: frozenset[str]) -> bool:
@@ -150,10 +160,9 @@ class Runtime:
                                 availability)
         rt = cls(settings, pool, embedding_spaces, providers, client, service, roles=roles, lexical=lexical)
         if "api" in roles:
-            rt.tasks.append(asyncio.create_task(
-                listen_forever(settings.postgres_dsn, {jobs.FIRST_PASS: waiter.notified,
-                                                       keys.REVOKED: service.forget_principals}),
-                name="api-listener"))
+            rt._start(listen_forever(settings.postgres_dsn, {jobs.FIRST_PASS: waiter.notified,
+                                                              keys.REVOKED: service.forget_principals}),
+                      "api-listener")
         if "worker" in roles:
             ingest = IngestActivities(
                 pool, embedding_spaces, availability,
@@ -166,22 +175,29 @@ class Runtime:
                                   workflows=[IngestWorkflow, ExtractionDrainWorkflow, ReembedWorkflow, RememberWorkflow],
                                   activities=ingest.all() + legacy.all()))
             dispatcher = Dispatcher(TemporalPipeline(client, pool, settings), pool, settings)
-            rt.tasks.append(asyncio.create_task(dispatcher.run_forever(), name="outbox-dispatcher"))
+            rt._start(dispatcher.run_forever(), "outbox-dispatcher")
         if hosts_index(settings, roles) and lexical is not None:
             await lexical_steps.settle(pool, lexical)
-            rt.tasks.append(asyncio.create_task(LexicalIndexer(pool, lexical, settings).run_forever(),
-                                                name="lexical-indexer"))
+            rt._start(LexicalIndexer(pool, lexical, settings).run_forever(), "lexical-indexer")
         if hosts_index(settings, roles):
             activities = IndexActivities(embedding_spaces).all() + ReembedActivities(pool, embedding_spaces).all()
             if "worker" in roles:
                 rt._add_worker(Worker(client, task_queue=index_queue(settings), activities=activities))
             else:
-                rt.tasks.append(asyncio.create_task(rt._index_worker(activities), name="index-worker"))
+                rt._start(rt._index_worker(activities), "index-worker")
         return rt
 
     def _add_worker(self, worker: Worker) -> None:
         self.workers.append(worker)
-        self.tasks.append(asyncio.create_task(worker.run(), name=f"temporal-worker-{worker.task_queue}"))
+        self._start(worker.run(), f"temporal-worker-{worker.task_queue}")
+
+    def _start(self, work: Coroutine, name: str) -> None:
+        """Run `work` in the background until close(). Every such loop handles its own failures;
+        one that ends anyway is logged at once with its exception (not when the task is
+        collected), and /readyz reports it as stopped."""
+        task = asyncio.create_task(work, name=name)
+        task.add_done_callback(_report_end)
+        self.tasks.append(task)
 
     async def _index_worker(self, activities: list) -> None:
         """The index activities in an API process: connected in the background, so the API

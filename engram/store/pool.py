@@ -24,17 +24,13 @@ UNREACHABLE: tuple[type[BaseException], ...] = (
 )
 
 
-async def _keep_session(conn: asyncpg.Connection) -> None:
-    """A released connection keeps its session: asyncpg still rolls back an open transaction,
-    but skips its default reset query (a round trip of four statements on every release). Safe
-    because no pooled connection changes session state: LISTEN, session advisory locks and SET
-    are done on connections of their own (notifications, migrate)."""
-
-
 async def create_pool(dsn: str, *, min_size: int, max_size: int) -> asyncpg.Pool:
     """A pool for a migrated database (engram.store.migrate runs first)."""
-    return await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, init=_init_connection,
-                                     reset=_keep_session)
+    # asyncpg's default reset query runs on every release (~30 µs). It must: a connection
+    # whose server went away mid-statement can come back in a half-finished protocol state,
+    # and only a round trip on release finds that and discards it; without one, it fails
+    # every later call (found by tests/test_database_outage.py under CPU contention).
+    return await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, init=_init_connection)
 
 
 async def connect(dsn: str) -> asyncpg.Connection:
