@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 
+from engram import lexical_steps
 from engram.domain.auth import EVERYTHING
 from engram.domain.filters import Filters
 from engram.domain.models import Scope
@@ -76,6 +77,35 @@ async def test_a_memory_is_found_by_bm25_before_the_lexical_index_holds_it(app):
     assert await app.runtime.lexical.count() == len(TEXTS)
     ready = (await app.http.get("/readyz")).json()["components"]["lexical_index"]
     assert ready["ok"] and ready["points"] == len(TEXTS) and ready["to_index"] == 0, ready
+
+
+class _IndexedDuringTheSearch:
+    """The lexical index, with the indexer's pass landing just after a search's index query: the
+    race a fresh memory meets when the indexer wakes as it is searched for."""
+
+    def __init__(self, app) -> None:
+        self._app = app
+
+    async def search(self, *args, **kwargs):
+        hits = await self._app.runtime.lexical.search(*args, **kwargs)
+        s = self._app.settings
+        assert await lexical_steps.index_pending(self._app.pool, self._app.runtime.lexical, k1=s.bm25_k1, b=s.bm25_b,
+                                                 limit=100) == 1
+        return hits
+
+
+async def test_a_memory_indexed_while_it_is_searched_for_is_found(app):
+    scope = {"user_id": "race"}
+    await _bulk(app, scope, TEXTS)
+    await _wait_indexed(app)
+    target = await app.pool.fetchval("SELECT id FROM memories WHERE content LIKE 'Melanie painted%'")
+    await app.runtime.lexical.delete([target])
+    await app.pool.execute("UPDATE memories SET lexical_indexed = false WHERE id = $1", target)
+    s = app.settings
+    async with app.pool.acquire() as conn:
+        got = await candidates.lexical(conn, s, "sunrise", Scope(**scope), Filters(EVERYTHING), 10,
+                                       index=_IndexedDuringTheSearch(app))
+    assert list(got) == [target]
 
 
 async def test_an_empty_lexical_index_is_rebuilt_from_postgres_at_start(make_app, tmp_path):

@@ -81,15 +81,6 @@ def _open_collection(settings: Settings, suffix: str) -> VectorIndex:
     return EdgeIndex(settings.data_dir / "qdrant" / name)
 
 
-def _report_end(task: asyncio.Task) -> None:
-    if task.cancelled():
-        return
-    if (err := task.exception()) is not None:
-        log.error("background task %s stopped", task.get_name(), exc_info=err)
-    else:
-        log.error("background task %s returned; it should run until the process stops", task.get_name())
-
-
 def hosts_index(settings: Settings, roles: frozenset[str]) -> bool:
     """Whether a process of these roles writes the vector index (and runs its activities)."""
     return "worker" in roles if settings.qdrant_url else "api" in roles
@@ -110,6 +101,7 @@ class Runtime:
     # A remote embedder's readiness probe is a real (maybe billed) call: its answer is reused this long.
     embedder_probe_ttl_s: float = 30.0
     _embedder_probe: tuple[float, str, dict] | None = None  # (when, model, what it said)
+    _closing: bool = False
 
     @classmethod
     async def open(cls, settings: Settings, *, embedder: Embedder | None = None,
@@ -196,8 +188,16 @@ class Runtime:
         one that ends anyway is logged at once with its exception (not when the task is
         collected), and /readyz reports it as stopped."""
         task = asyncio.create_task(work, name=name)
-        task.add_done_callback(_report_end)
+        task.add_done_callback(self._report_end)
         self.tasks.append(task)
+
+    def _report_end(self, task: asyncio.Task) -> None:
+        if task.cancelled() or self._closing:
+            return
+        if (err := task.exception()) is not None:
+            log.error("background task %s stopped", task.get_name(), exc_info=err)
+        else:
+            log.error("background task %s returned; it should run until the process stops", task.get_name())
 
     async def _index_worker(self, activities: list) -> None:
         """The index activities in an API process: connected in the background, so the API
@@ -209,6 +209,7 @@ class Runtime:
 
     async def close(self) -> None:
         """Stop the workers (letting running activities finish), then close the clients."""
+        self._closing = True
         await self.service.aclose()
         for worker in self.workers:
             with contextlib.suppress(Exception):

@@ -58,9 +58,8 @@ async def lexical(conn: asyncpg.Connection, settings: Settings, query: str, scop
     if not stats.idf:
         return {}
     hits = await index.search(bm25_query_vector(stats.idf), scope, filters, 2 * depth)
-    fresh = await lexical_index.unindexed_matching(conn, scope, filters, terms)
-    scores = await repo.bm25_scores(conn, scope, filters, terms, k1=k1, b=b,
-                                    only_ids=list(dict.fromkeys([*(h.id for h in hits), *fresh])))
+    candidates = list(dict.fromkeys([*(h.id for h in hits), *stats.unindexed]))
+    scores = await lexical_index.exact_scores(conn, scope, filters, stats, candidates, k1=k1, b=b)
     return dict(sorted(scores.items(), key=lambda item: -item[1])[:depth])
 
 

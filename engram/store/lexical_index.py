@@ -136,42 +136,68 @@ async def any_indexed(pool: asyncpg.Pool) -> bool:
 
 @dataclass(frozen=True)
 class QueryStats:
-    """BM25's statistics for one query over the exact scopes inside a search scope that the
-    caller may see: each query term's IDF (terms no memory there holds are absent)."""
+    """What one query's lexical search reads before it asks the index, over the exact scopes
+    inside a search scope that the caller may see: each query term's IDF (terms no memory there
+    holds are absent), the average document length, and the memories passing the filters that
+    hold a query term and that the index does not hold yet (the newest writes, or all of them
+    while it is rebuilt). Read before the index is searched, so a memory indexed meanwhile is
+    in one or the other."""
 
     idf: dict[str, float]
+    avgdl: float
+    unindexed: list[UUID]
 
 
 async def query_stats(conn: asyncpg.Connection, scope: Scope, filters: Filters, terms: list[str]) -> QueryStats:
-    """IDF = ln(1 + (N - df + 0.5) / (df + 0.5)), as memories.bm25_scores computes it."""
-    where = Where([sorted(set(terms))])
-    where.scope(scope, "s")
-    where.visible(filters.visible, "s")
+    """IDF = ln(1 + (N - df + 0.5) / (df + 0.5)) and avgdl as memories.bm25_scores computes
+    them, and the memories not indexed yet, in one statement."""
+    stats = Where([sorted(set(terms))])
+    stats.scope(scope, "s")
+    stats.visible(filters.visible, "s")
+    fresh = Where(stats.params)
+    fresh.add_raw("NOT m.lexical_indexed")
+    fresh.scope(scope, "m")
+    fresh.filters(filters)
     rows = await conn.fetch(
         f"""
-        WITH scopes AS (SELECT s.scope_key, s.doc_count FROM bm25_scope_stats s WHERE {where.sql()}),
-        n AS (SELECT coalesce(sum(doc_count), 0)::float8 AS n FROM scopes)
-        SELECT ts.term, ln(1 + greatest(n.n - sum(ts.df) + 0.5, 0) / (sum(ts.df) + 0.5)) AS idf
-        FROM bm25_term_stats ts JOIN scopes USING (scope_key) CROSS JOIN n
-        WHERE ts.term = ANY($1::text[]) GROUP BY ts.term, n.n HAVING sum(ts.df) > 0
+        WITH scopes AS (SELECT s.scope_key, s.doc_count, s.total_len FROM bm25_scope_stats s WHERE {stats.sql()}),
+        n AS (SELECT coalesce(sum(doc_count), 0)::float8 AS n,
+                     coalesce(sum(total_len), 0)::float8 / greatest(coalesce(sum(doc_count), 0), 1) AS avgdl
+              FROM scopes),
+        df AS (SELECT ts.term, sum(ts.df)::float8 AS df FROM bm25_term_stats ts JOIN scopes USING (scope_key)
+               WHERE ts.term = ANY($1::text[]) GROUP BY ts.term HAVING sum(ts.df) > 0)
+        SELECT df.term, ln(1 + greatest(n.n - df.df + 0.5, 0) / (df.df + 0.5)) AS idf, n.avgdl,
+               (SELECT array_agg(m.id) FROM memories m WHERE {fresh.sql()} AND EXISTS (
+                    SELECT 1 FROM memory_terms t WHERE t.memory_id = m.id AND t.term = ANY($1::text[]))) AS unindexed
+        FROM n LEFT JOIN df ON true
         """,
-        *where.params,
+        *fresh.params,
     )
-    return QueryStats(idf={r["term"]: float(r["idf"]) for r in rows})
+    return QueryStats(idf={r["term"]: float(r["idf"]) for r in rows if r["term"] is not None},
+                      avgdl=float(rows[0]["avgdl"]), unindexed=rows[0]["unindexed"] or [])
 
 
-async def unindexed_matching(conn: asyncpg.Connection, scope: Scope, filters: Filters, terms: list[str]) -> list[UUID]:
-    """The memories in `scope` passing `filters` that hold a query term and that the lexical
-    index does not hold yet: the newest writes, or all of them while it is rebuilt."""
-    where = Where([sorted(set(terms))])
-    where.add_raw("NOT m.lexical_indexed")
+async def exact_scores(conn: asyncpg.Connection, scope: Scope, filters: Filters, stats: QueryStats,
+                       ids: list[UUID], *, k1: float, b: float) -> dict[UUID, float]:
+    """Okapi BM25 under `stats` of the memories `ids` in `scope` that pass `filters` and hold a
+    query term: memories.bm25_scores's scores, from a statement that reads no statistics."""
+    terms = sorted(stats.idf)
+    if not terms or not ids:
+        return {}
+    where = Where([terms, [stats.idf[t] for t in terms], k1, b, stats.avgdl, ids])
     where.scope(scope, "m")
     where.filters(filters)
     rows = await conn.fetch(
         f"""
-        SELECT m.id FROM memories m WHERE {where.sql()}
-          AND EXISTS (SELECT 1 FROM memory_terms t WHERE t.memory_id = m.id AND t.term = ANY($1::text[]))
+        WITH q AS (SELECT unnest($1::text[]) AS term, unnest($2::float8[]) AS idf)
+        SELECT t.memory_id,
+               sum(q.idf * t.tf * ($3::float8 + 1)
+                   / (t.tf + $3::float8 * (1 - $4::float8 + $4::float8 * m.token_count / greatest($5::float8, 1))))
+                   AS score
+        FROM memory_terms t JOIN q ON q.term = t.term JOIN memories m ON m.id = t.memory_id
+        WHERE t.memory_id = ANY($6::uuid[]) AND {where.sql()}
+        GROUP BY t.memory_id
         """,
         *where.params,
     )
-    return [r["id"] for r in rows]
+    return {r["memory_id"]: float(r["score"]) for r in rows}
