@@ -193,8 +193,9 @@ def report(results: list[SizeResult], model: str, scopes: int, pool: int, plots:
         "once, in the benchmark process, with the service's model. Differences from memories remembered one by "
         f"one: the {BATCH} memories of one load transaction share a `created_at` (so session neighbours among "
         "them are ordered by id), their ADD history events carry no request id, there are no job rows, and "
-        "VACUUM ANALYZE ran after each load step. The edge shard is left as the service leaves it (it never "
-        "calls `optimize()`).\n")
+        "VACUUM ANALYZE ran after each load step. After a step that leaves at least `INDEX_OPTIMIZE_AFTER` "
+        "points unoptimised, the loader optimises the dense edge shard (`EdgeIndex.optimize`, a child process), "
+        "as the service's index optimizer would have by then.\n")
     out.append(
         "Requests go one at a time from one keep-alive client; each latency is the client's round trip over "
         "loopback HTTP. The latency series is measured without `explain`; a second pass of the same queries "

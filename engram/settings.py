@@ -42,6 +42,12 @@ class Settings(BaseSettings):
     qdrant_url: str = ""
     qdrant_api_key: str = ""
     qdrant_collection: str = "engram_memories"
+    # The edge shard searches new points by brute force until it is optimised (HNSW graphs,
+    # merged segments): once this many more are waiting than after the last optimisation, the
+    # process that serves it optimises a copy in a child process (checked every
+    # index_optimize_check_s). 0: never.
+    index_optimize_after: int = Field(default=10_000, ge=0)
+    index_optimize_check_s: float = Field(default=60.0, gt=0)
 
     # Embeddings: a local int8 ONNX model (no network) unless embedding_provider says otherwise.
     # Through the service on LoCoMo dev, bge-small gives R@10 .719 / nDCG@10 .537 and MiniLM

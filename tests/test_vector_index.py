@@ -4,6 +4,8 @@ vectors of a model or the lexical index's sparse BM25 vectors."""
 
 from __future__ import annotations
 
+import asyncio
+import sys
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -14,6 +16,7 @@ from engram.domain.auth import EVERYTHING, Principal
 from engram.domain.filters import Filters
 from engram.domain.models import Scope
 from engram.inference.vector_index import EdgeIndex, IndexPoint, QdrantServerIndex
+from worker.index_maintenance import IndexOptimizer
 
 DIM = 8
 NOW = datetime(2025, 6, 1, tzinfo=timezone.utc)
@@ -171,3 +174,66 @@ async def test_edge_shard_persists_across_reopen(tmp_path):
     hits = await again.search(point.vector, Scope(user_id="u"), ALL, 1)
     assert [h.id for h in hits] == [point.id]
     await again.close()
+
+
+async def _filled_edge(path, n: int, dim: int = 384) -> tuple[EdgeIndex, list[IndexPoint]]:
+    """An edge shard of `n` random points: at 384 dimensions, enough for the engine to build HNSW."""
+    index = EdgeIndex(path)
+    await index.ensure(model="m", dim=dim)
+    vectors = np.random.default_rng(7).normal(size=(n, dim)).astype(np.float32)
+    points = [_point(v.tolist()) for v in vectors]
+    for start in range(0, n, 2_000):
+        await index.upsert(points[start:start + 2_000])
+    return index, points
+
+
+async def test_edge_optimize_runs_in_a_child_process_and_keeps_every_write_made_meanwhile(tmp_path, caplog):
+    caplog.set_level("INFO", logger="engram.inference.vector_index")
+    index, points = await _filled_edge(tmp_path / "shard", 12_000)
+    assert await index.unoptimized() == 12_000  # searched by brute force so far
+    optimizer = IndexOptimizer(lambda: {"m": index}, after=10_000, check_s=60)
+    optimizing = asyncio.create_task(optimizer.check_once())
+    added, deleted, hidden = [], [], []
+    while not optimizing.done():  # searches and writes go on while the child optimises
+        fresh = _point(np.random.default_rng(len(added)).normal(size=384).tolist())
+        await index.upsert([fresh])
+        added.append(fresh)
+        gone, muted = points[len(deleted) * 2], points[len(deleted) * 2 + 1]
+        await index.delete([gone.id])
+        await index.set_deleted([muted.id], True)
+        deleted.append(gone)
+        hidden.append(muted)
+        assert [h.id for h in await index.search(points[-1].vector, Scope(user_id="u"), ALL, 1)] == [points[-1].id]
+        await asyncio.sleep(0.05)
+    assert await optimizing == ["m"]
+    assert await optimizer.check_once() == []  # not again until 10,000 more are waiting
+    [swap] = [r for r in caplog.records if r.getMessage() == "vector index optimised"]
+    assert swap.replayed_writes > 0, "no write landed while the child ran"
+
+    async def check(idx: EdgeIndex) -> None:
+        assert await idx.count() == 12_000 + len(added) - len(deleted)
+        assert await idx.unoptimized() <= len(added)  # only what was written after the copy
+        for p in (added[-1], points[-1]):
+            assert [h.id for h in await idx.search(p.vector, Scope(user_id="u"), ALL, 1)] == [p.id]
+        for p in (deleted[0], hidden[0]):
+            assert p.id not in {h.id for h in await idx.search(p.vector, Scope(user_id="u"), ALL, 5)}
+
+    await check(index)
+    await index.close()
+    again = EdgeIndex(tmp_path / "shard")
+    await again.ensure(model="m", dim=384)
+    await check(again)
+    await again.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([swap.generation, "shard.current"])
+
+
+async def test_a_failed_edge_optimize_leaves_the_shard_served_as_it_was(tmp_path, monkeypatch):
+    index, points = await _filled_edge(tmp_path / "shard", 500, dim=DIM)
+    monkeypatch.setattr(sys, "executable", "/bin/false")  # the child exits 1
+    with pytest.raises(RuntimeError, match="the edge optimiser failed"):
+        await index.optimize()
+    await index.upsert([extra := _point([1.0] + [0.0] * (DIM - 1))])
+    assert await index.count() == 501
+    assert [h.id for h in await index.search(extra.vector, Scope(user_id="u"), ALL, 1)] == [extra.id]
+    await index.close()
+    assert [p.name for p in tmp_path.iterdir()] == ["shard"]  # the copy is gone, no pointer written

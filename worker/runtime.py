@@ -45,6 +45,7 @@ from engram.settings import Settings
 from engram.store import embeddings, jobs, keys, lexical_index, provider_health
 from engram.store import pool as pool_module
 from engram.store.notifications import FirstPassWaiter, listen_forever
+from worker.index_maintenance import IndexOptimizer
 from worker.lexical import LexicalIndexer
 from worker.outbox import Dispatcher
 from worker.startup import analyzer_of
@@ -171,6 +172,10 @@ class Runtime:
         if hosts_index(settings, roles) and lexical is not None:
             await lexical_steps.settle(pool, lexical)
             rt._start(LexicalIndexer(pool, lexical, settings).run_forever(), "lexical-indexer")
+        if hosts_index(settings, roles) and settings.index_optimize_after and not settings.qdrant_url:
+            optimizer = IndexOptimizer(rt.served_indexes, after=settings.index_optimize_after,
+                                       check_s=settings.index_optimize_check_s)
+            rt._start(optimizer.run_forever(), "index-optimizer")
         if hosts_index(settings, roles):
             activities = IndexActivities(embedding_spaces).all() + ReembedActivities(pool, embedding_spaces).all()
             if "worker" in roles:
@@ -178,6 +183,13 @@ class Runtime:
             else:
                 rt._start(rt._index_worker(activities), "index-worker")
         return rt
+
+    def served_indexes(self) -> dict[str, VectorIndex]:
+        """The vector indexes this process writes, by name: each model's and the lexical one."""
+        indexes = {model: self.spaces.space(model).index for model in self.spaces.models()}
+        if self.lexical is not None:
+            indexes["lexical"] = self.lexical
+        return {name: index for name, index in indexes.items() if index is not None}
 
     def _add_worker(self, worker: Worker) -> None:
         self.workers.append(worker)

@@ -12,8 +12,13 @@ canonical embeddings and the postings, so every index can be rebuilt from it.
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import re
+import shutil
+import sys
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -22,6 +27,8 @@ from uuid import UUID
 
 from engram.domain.filters import Filters
 from engram.domain.models import SCOPE_PARTS, Scope
+
+log = logging.getLogger(__name__)
 
 _KEYWORD_FIELDS = ("user_id", "agent_id", "run_id", "type", "tags", "who", "source_type")
 SPARSE = "bm25"  # the lexical index's one vector: BM25 weights by term id
@@ -107,6 +114,12 @@ class VectorIndex(Protocol):
 
     async def count(self) -> int: ...
 
+    async def unoptimized(self) -> int:
+        """Points searched by brute force until optimize() runs (0 where the engine indexes by itself)."""
+
+    async def optimize(self) -> None:
+        """Build the search structures of the points written so far, without stalling searches."""
+
     async def close(self) -> None: ...
 
 
@@ -114,15 +127,25 @@ class EdgeIndex:
     """Qdrant edge shard under `path`, one directory per collection.
 
     The engine is synchronous; calls run in a thread, writes serialised by a lock.
+
+    The engine optimises (builds HNSW graphs, merges segments) only when asked, and holds the
+    GIL while it does. optimize() therefore copies the shard, optimises the copy in a child
+    process (engram.inference.edge_optimizer), replays the writes made meanwhile onto it and
+    swaps it in: a generation directory `<path>@<n>`, named by the pointer file
+    `<path>.current` (no pointer: `<path>` itself). A directory the pointer does not name is a
+    leftover (a crash mid-optimize, a replaced generation) and is removed at open.
     """
 
     name = "qdrant-edge"
 
     def __init__(self, path: Path) -> None:
         self._path = path
+        self._dir = path  # the generation being served
         self._shard = None
         self._vector_name = ""
         self._write_lock = threading.Lock()
+        self._journal: list | None = None  # writes since the copy being optimised was taken
+        self._optimizing = asyncio.Lock()
 
     async def ensure(self, *, model: str, dim: int) -> None:
         import qdrant_edge as q
@@ -138,14 +161,23 @@ class EdgeIndex:
         await asyncio.to_thread(self._open, q.EdgeConfig(vectors={}, sparse_vectors={
             SPARSE: q.EdgeSparseVectorParams()}))
 
+    def _pointer(self) -> Path:
+        return self._path.with_name(self._path.name + ".current")
+
+    def _generations(self) -> list[Path]:
+        return [self._path, *self._path.parent.glob(self._path.name + "@*")]
+
     def _open(self, config) -> None:
         import qdrant_edge as q
 
-        if self._path.exists() and any(self._path.iterdir()):
-            self._shard = q.EdgeShard.load(str(self._path), config)
+        pointer = self._pointer()
+        self._dir = self._path.with_name(pointer.read_text().strip()) if pointer.exists() else self._path
+        self._remove_leftovers()
+        if self._dir.exists() and any(self._dir.iterdir()):
+            self._shard = q.EdgeShard.load(str(self._dir), config)
             return
-        self._path.mkdir(parents=True, exist_ok=True)
-        self._shard = q.EdgeShard.create(str(self._path), config)
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._shard = q.EdgeShard.create(str(self._dir), config)
         for name in _KEYWORD_FIELDS:
             params = q.KeywordIndexParams(is_tenant=name in ("user_id", "agent_id"))
             self._shard.update(q.UpdateOperation.create_field_index(name, params))
@@ -155,6 +187,8 @@ class EdgeIndex:
     def _write(self, operation) -> None:
         with self._write_lock:
             self._shard.update(operation)
+            if self._journal is not None:
+                self._journal.append(operation)
 
     async def upsert(self, points: list[IndexPoint]) -> None:
         import qdrant_edge as q
@@ -190,6 +224,65 @@ class EdgeIndex:
 
         return await asyncio.to_thread(self._shard.count, q.CountRequest(exact=True))
 
+    async def unoptimized(self) -> int:
+        info = await asyncio.to_thread(self._shard.info)
+        return max(info.points_count - info.indexed_vectors_count, 0)
+
+    async def optimize(self) -> None:
+        """Optimise a copy of the shard in a child process and swap it in (the class says how).
+        Searches and writes go on meanwhile; writes wait only while the copy is taken and
+        while the writes made since are replayed onto it. Raises RuntimeError if the child
+        fails (the shard served is untouched)."""
+        async with self._optimizing:
+            started = time.monotonic()
+            target = self._path.with_name(f"{self._path.name}@{time.time_ns()}")
+            await asyncio.to_thread(self._copy_to, target)
+            try:
+                child = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "engram.inference.edge_optimizer", str(target),
+                    stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+                _, err = await child.communicate()
+                if child.returncode != 0:
+                    raise RuntimeError(f"the edge optimiser failed ({child.returncode}): {err.decode()[-2000:]}")
+                replayed = await asyncio.to_thread(self._swap_to, target)
+            except BaseException:
+                self._journal = None
+                await asyncio.to_thread(shutil.rmtree, target, True)
+                raise
+            log.info("vector index optimised", extra={
+                "index": self._path.name, "generation": target.name, "replayed_writes": replayed,
+                "seconds": round(time.monotonic() - started, 1)})
+
+    def _copy_to(self, target: Path) -> None:
+        with self._write_lock:
+            self._shard.flush()
+            shutil.copytree(self._dir, target)
+            self._journal = []
+
+    def _swap_to(self, target: Path) -> int:
+        import qdrant_edge as q
+
+        with self._write_lock:
+            shard = q.EdgeShard.load(str(target), None)
+            journal, self._journal = self._journal or [], None
+            for operation in journal:
+                shard.update(operation)
+            shard.flush()
+            pointer = self._pointer()
+            staged = pointer.with_name(pointer.name + ".tmp")
+            staged.write_text(target.name)
+            os.replace(staged, pointer)
+            old, self._shard, self._dir = self._shard, shard, target
+        # A search may still hold the old shard; it is closed by the collector, its directory
+        # removed by the next open or optimize.
+        old.flush()
+        return len(journal)
+
+    def _remove_leftovers(self) -> None:
+        for path in self._generations():
+            if path != self._dir and path.exists():
+                shutil.rmtree(path, ignore_errors=True)
+
     async def close(self) -> None:
         if self._shard is not None:
             shard, self._shard = self._shard, None
@@ -199,6 +292,7 @@ class EdgeIndex:
         with self._write_lock:
             shard.flush()
             shard.close()
+            self._remove_leftovers()
 
 
 class QdrantServerIndex:
@@ -259,6 +353,12 @@ class QdrantServerIndex:
 
     async def count(self) -> int:
         return (await self._client.count(self._collection, exact=True)).count
+
+    async def unoptimized(self) -> int:
+        return 0  # the server's own optimiser indexes in the background
+
+    async def optimize(self) -> None:
+        return None
 
     async def close(self) -> None:
         await self._client.close()
