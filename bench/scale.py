@@ -24,6 +24,7 @@ the same searches with `explain: true` (the service's per-stage timings), search
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,6 +131,8 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--searches", type=int, default=None, help="searches per size (default 300)")
     parser.add_argument("--rerank-searches", type=int, default=None, help="rerank searches per size (default 100)")
     parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument("--keep", action="store_true", help="keep the data directory (its path is printed)")
+    parser.add_argument("--data", type=Path, help="measure a directory kept by --keep that holds one size, --sizes N")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in (args.sizes or ("1000,5000" if args.quick else "1000,10000,30000,100000")).split(",")]
     searches = args.searches or (60 if args.quick else 300)
@@ -142,7 +145,10 @@ def main(argv: list[str] | None = None) -> Path:
     warm_asks, rerank_asks, asks = asks[:20], asks[20:20 + rerank_searches], asks[20 + rerank_searches:]
     results: list[SizeResult] = []
 
-    with common.data_dir() as data:
+    if args.data and len(sizes) != 1:
+        parser.error("--data measures the one size the directory holds: give it as --sizes")
+    with (contextlib.nullcontext(args.data) if args.data else common.data_dir(keep=args.keep)) as data:
+        print(f"data directory: {data}{' (kept)' if args.keep or args.data else ''}", flush=True)
         with common.service("scale-init", data, SERVICE_ENV) as svc:
             model = common.service_embedder(svc)
         print(f"service initialised ({model}); embedding the text pool", flush=True)
@@ -151,7 +157,7 @@ def main(argv: list[str] | None = None) -> Path:
         held = 0
         for size in sizes:
             print(f"loading up to {size} memories ({size // args.scopes} per scope)", flush=True)
-            step = load(data, corpus, held // args.scopes, size // args.scopes)
+            step = LoadStep(0, 0.0, 0.0) if args.data else load(data, corpus, held // args.scopes, size // args.scopes)
             held = size
             print(f"  {step.added} memories in {step.seconds:.0f} s, VACUUM ANALYZE {step.vacuum_s:.0f} s", flush=True)
             with common.service(f"scale-{size}", data, SERVICE_ENV) as svc:

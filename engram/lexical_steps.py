@@ -1,5 +1,5 @@
 """Filling the lexical index, the sparse BM25 vectors that give search its candidates
-(engram.recall.candidates.lexical), from Postgres, which stays the record: the postings, the
+(engram.recall.candidates.Bm25), from Postgres, which stays the record: the postings, the
 statistics and the final scores are Postgres's.
 
 `index_pending` writes the points of memories not yet held (the `lexical_indexed` outbox) and

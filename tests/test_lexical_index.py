@@ -55,7 +55,7 @@ async def test_the_lexical_index_top_equals_the_aggregation_of_every_posting(app
     for query in QUERIES:
         for depth in (5, 40):
             async with app.pool.acquire() as conn:
-                got = await candidates.lexical(conn, s, query, Scope(**scope), filters, depth, index=app.runtime.lexical)
+                got = await candidates.Bm25(s, query, Scope(**scope), filters, app.runtime.lexical).top(conn, depth)
                 want = await repo.bm25_scores(conn, Scope(**scope), filters, bm25_terms(query), k1=s.bm25_k1,
                                               b=s.bm25_b, limit=depth)
             assert sorted(got.values(), reverse=True) == sorted(want.values(), reverse=True), (query, depth)
@@ -98,13 +98,15 @@ async def test_a_memory_indexed_while_it_is_searched_for_is_found(app):
     scope = {"user_id": "race"}
     await _bulk(app, scope, TEXTS)
     await _wait_indexed(app)
+    [indexer] = [t for t in app.runtime.tasks if t.get_name() == "lexical-indexer"]
+    indexer.cancel()  # this test is the indexer: its pass lands where the race puts it
     target = await app.pool.fetchval("SELECT id FROM memories WHERE content LIKE 'Melanie painted%'")
     await app.runtime.lexical.delete([target])
     await app.pool.execute("UPDATE memories SET lexical_indexed = false WHERE id = $1", target)
     s = app.settings
     async with app.pool.acquire() as conn:
-        got = await candidates.lexical(conn, s, "sunrise", Scope(**scope), Filters(EVERYTHING), 10,
-                                       index=_IndexedDuringTheSearch(app))
+        got = await candidates.Bm25(s, "sunrise", Scope(**scope), Filters(EVERYTHING),
+                                    _IndexedDuringTheSearch(app)).top(conn, 10)
     assert list(got) == [target]
 
 

@@ -38,29 +38,54 @@ async def dense(index: VectorIndex, query_vector: np.ndarray, scope: Scope, filt
     return {hit.id: hit.score for hit in hits}
 
 
-async def lexical(conn: asyncpg.Connection, settings: Settings, query: str, scope: Scope, filters: Filters,
-                  depth: int, only: list[UUID] | None = None, index: VectorIndex | None = None) -> dict[UUID, float]:
-    """Okapi BM25 over the scope: the top `depth`; or, given `only`, the scores of those of them
-    that hold a query term (the others are absent: their score is 0). The scope's statistics
-    hold either way, and every score is Postgres's, exact.
+class Bm25:
+    """Okapi BM25 of one query over a scope: its top (`top`), then the scores of other memories
+    (`more`, the dense hits outside that top), every score Postgres's and exact under the same
+    statistics, which are read once.
 
     With the lexical `index`, the top is found without reading every posting of the scope: the
-    index's best 2·`depth` by its stored weights, plus the scope's memories it does not hold
-    yet, are scored exactly and the best `depth` kept. Stored weights use the avgdl of when a
-    memory was indexed, so that only decides who is a candidate, at the margin. Without it,
-    every posting of the query's terms in the scope is aggregated."""
-    terms = bm25_terms(query, settings.bm25_stemmer)
-    k1, b = settings.bm25_k1, settings.bm25_b
-    if only is not None or index is None or not terms:
-        return await repo.bm25_scores(conn, scope, filters, terms, k1=k1, b=b,
-                                      limit=None if only is not None else depth, only_ids=only)
-    stats = await lexical_index.query_stats(conn, scope, filters, terms)
-    if not stats.idf:
-        return {}
-    hits = await index.search(bm25_query_vector(stats.idf), scope, filters, 2 * depth)
-    candidates = list(dict.fromkeys([*(h.id for h in hits), *stats.unindexed]))
-    scores = await lexical_index.exact_scores(conn, scope, filters, stats, candidates, k1=k1, b=b)
-    return dict(sorted(scores.items(), key=lambda item: -item[1])[:depth])
+    index's best 2·depth by its stored weights, plus the scope's memories it does not hold yet,
+    are scored exactly and the best `depth` kept. Stored weights use the avgdl of when a memory
+    was indexed, so that only decides who is a candidate, at the margin. Without it, every
+    posting of the query's terms in the scope is aggregated."""
+
+    def __init__(self, settings: Settings, query: str, scope: Scope, filters: Filters,
+                 index: VectorIndex | None = None) -> None:
+        self._terms = bm25_terms(query, settings.bm25_stemmer)
+        self._k1, self._b = settings.bm25_k1, settings.bm25_b
+        self._scope, self._filters, self._index = scope, filters, index
+        self._stats: lexical_index.QueryStats | None = None
+
+    async def top(self, conn: asyncpg.Connection, depth: int) -> dict[UUID, float]:
+        """The best `depth` memories holding a query term, by score."""
+        if not self._terms:
+            return {}
+        if self._index is None:
+            return await repo.bm25_scores(conn, self._scope, self._filters, self._terms, k1=self._k1, b=self._b,
+                                          limit=depth)
+        stats = await self._read_stats(conn)
+        if not stats.idf:
+            return {}
+        hits = await self._index.search(bm25_query_vector(stats.idf), self._scope, self._filters, 2 * depth)
+        scores = await self._exact(conn, list(dict.fromkeys([*(h.id for h in hits), *stats.unindexed])))
+        return dict(sorted(scores.items(), key=lambda item: -item[1])[:depth])
+
+    async def more(self, conn: asyncpg.Connection, ids: list[UUID]) -> dict[UUID, float]:
+        """The scores of those of `ids` that hold a query term (the others score 0), read by id:
+        never an aggregation over the scope."""
+        if not self._terms or not ids:
+            return {}
+        await self._read_stats(conn)
+        return await self._exact(conn, ids)
+
+    async def _read_stats(self, conn: asyncpg.Connection) -> lexical_index.QueryStats:
+        if self._stats is None:
+            self._stats = await lexical_index.query_stats(conn, self._scope, self._filters, self._terms)
+        return self._stats
+
+    async def _exact(self, conn: asyncpg.Connection, ids: list[UUID]) -> dict[UUID, float]:
+        return await lexical_index.exact_scores(conn, self._scope, self._filters, self._stats, ids,
+                                                k1=self._k1, b=self._b)
 
 
 async def rows(conn: asyncpg.Connection, ids: list[UUID], scope: Scope, filters: Filters,

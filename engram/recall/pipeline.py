@@ -112,10 +112,11 @@ class Recall:
         s = self._settings
         model, space = await self._spaces.active()
         vector_leg = asyncio.create_task(self._vector_leg(space, query, scope, filters, depth))
+        bm25 = candidates.Bm25(s, query, scope, filters, self._lexical)
         try:
             t = time.perf_counter()
             async with self._pool.acquire() as conn:
-                lexical = await candidates.lexical(conn, s, query, scope, filters, depth, index=self._lexical)
+                lexical = await bm25.top(conn, depth)
             bm25_ms = (time.perf_counter() - t) * 1e3
         except BaseException:
             vector_leg.cancel()
@@ -130,7 +131,7 @@ class Recall:
             # fewer than `depth`, it holds every memory with a query term and the rest score 0.
             unscored = [i for i in dense if i not in lexical]
             if unscored and len(lexical) >= depth:
-                lexical |= await candidates.lexical(conn, s, query, scope, filters, depth, only=unscored)
+                lexical |= await bm25.more(conn, unscored)
             bm25_ms += (time.perf_counter() - t) * 1e3
             explain.stages["bm25"] = {"ms": round(bm25_ms, 3), "hits": sum(1 for v in lexical.values() if v > 0)}
             t = time.perf_counter()

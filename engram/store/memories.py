@@ -197,33 +197,27 @@ async def add_to_bm25_stats(conn: asyncpg.Connection, scope: Scope, tf: dict[str
 
 async def bm25_scores(
     conn: asyncpg.Connection | asyncpg.Pool, scope: Scope, filters: Filters, terms: list[str], *,
-    k1: float, b: float, limit: int | None = None, only_ids: list[UUID] | None = None,
+    k1: float, b: float, limit: int,
 ) -> dict[UUID, float]:
-    """Okapi BM25 of the memories in `scope` that hold a query term: the top `limit`, or, given
-    `only_ids`, those of them (a memory holding no term is absent: its score is 0).
+    """Okapi BM25 of the memories in `scope` that hold a query term: the top `limit`, by an
+    aggregation of every posting of the query's terms in the scope (engram.recall.candidates.Bm25
+    finds the same top through the lexical index, and scores given memories by id).
 
     N, the average length and each term's df come from the statistics of the exact scopes
     inside `scope` (live memories). Each distinct query term counts once;
     IDF = ln(1 + (N - df + 0.5) / (df + 0.5)).
     """
-    if (limit is None) == (only_ids is None):
-        raise ValueError("bm25_scores takes either a limit or only_ids")
-    if not terms or only_ids == []:
+    if not terms:
         return {}
     where_t = Where([sorted(set(terms)), k1, b])
     where_t.add_raw("t.term = ANY($1::text[])")
-    if only_ids is not None:
-        where_t.add("t.memory_id = ANY({}::uuid[])", only_ids)
     where_t.scope(scope, "t")
     where_s = Where(where_t.params)
     where_s.scope(scope, "s")
     where_s.visible(filters.visible, "s")  # no statistics from memories the caller may not see
     where_f = Where(where_s.params)
     where_f.filters(filters)
-    top = ""
-    if only_ids is None:
-        where_f.params.append(limit)
-        top = f"ORDER BY score DESC LIMIT ${len(where_f.params)}"
+    where_f.params.append(limit)
     rows = await conn.fetch(
         f"""
         WITH scopes AS (
@@ -248,7 +242,7 @@ async def bm25_scores(
         CROSS JOIN stats
         WHERE {where_t.sql()} AND {where_f.sql()}
         GROUP BY t.memory_id
-        {top}
+        ORDER BY score DESC LIMIT ${len(where_f.params)}
         """,
         *where_f.params,
     )
