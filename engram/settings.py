@@ -112,10 +112,12 @@ class Settings(BaseSettings):
     # so that a backlog being worked off yields the CPU to searches.
     worker_niceness: int = Field(default=10, ge=0, le=19)
 
-    # Ranking: a*vector + b*BM25 + c*log(1+access_count).
+    # Ranking: a*vector + b*BM25 + c*log(1+access_count). The access boost is off by default:
+    # it makes a search's results depend on which searches came before (each one counts an
+    # access), and on LoCoMo dev through the service it cost R@10 .004 (bench/reports/locomo.md).
     rank_vector_weight: float = 0.5
     rank_bm25_weight: float = 0.5
-    rank_access_weight: float = 0.02
+    rank_access_weight: float = 0.0
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
     # Changing it (or a release that bumps engram.domain.text.TOKENIZER_VERSION) rebuilds every memory's

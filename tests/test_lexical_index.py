@@ -75,6 +75,7 @@ async def test_a_memory_is_found_by_bm25_before_the_lexical_index_holds_it(app):
     assert by_bm25 == [str(target)] and hits[0]["memory"]["id"] == str(target)
     await _wait_indexed(app)  # and the indexer puts it back
     assert await app.runtime.lexical.count() == len(TEXTS)
+    assert set(app.runtime.served_indexes()) == {app.settings.embedding_model, "lexical"}  # what gets optimised
     ready = (await app.http.get("/readyz")).json()["components"]["lexical_index"]
     assert ready["ok"] and ready["points"] == len(TEXTS) and ready["to_index"] == 0, ready
 

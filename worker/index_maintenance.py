@@ -29,7 +29,10 @@ class IndexOptimizer:
     async def run_forever(self) -> None:
         while True:
             await asyncio.sleep(self._check_s)
-            await self.check_once()
+            try:
+                await self.check_once()
+            except Exception:  # a bug must not stop the loop; the next check tries again
+                log.exception("checking the vector indexes failed")
 
     async def check_once(self) -> list[str]:
         """Optimise each index with `after` more points waiting than its last optimisation

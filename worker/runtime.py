@@ -186,7 +186,7 @@ class Runtime:
 
     def served_indexes(self) -> dict[str, VectorIndex]:
         """The vector indexes this process writes, by name: each model's and the lexical one."""
-        indexes = {model: self.spaces.space(model).index for model in self.spaces.models()}
+        indexes = {model: self.spaces.space(model).index for model in self.spaces.models}
         if self.lexical is not None:
             indexes["lexical"] = self.lexical
         return {name: index for name, index in indexes.items() if index is not None}
