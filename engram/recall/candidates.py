@@ -5,6 +5,7 @@ full rows are read."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
@@ -55,6 +56,7 @@ class Bm25:
         self._k1, self._b = settings.bm25_k1, settings.bm25_b
         self._scope, self._filters, self._index = scope, filters, index
         self._stats: lexical_index.QueryStats | None = None
+        self.timings_ms: dict[str, float] = {}  # statistics, index query, exact scores: for explain
 
     async def top(self, conn: asyncpg.Connection, depth: int) -> dict[UUID, float]:
         """The best `depth` memories holding a query term, by score."""
@@ -66,7 +68,9 @@ class Bm25:
         stats = await self._read_stats(conn)
         if not stats.idf:
             return {}
+        started = time.perf_counter()
         hits = await self._index.search(bm25_query_vector(stats.idf), self._scope, self._filters, 2 * depth)
+        self._time("index", started)
         scores = await self._exact(conn, list(dict.fromkeys([*(h.id for h in hits), *stats.unindexed])))
         return dict(sorted(scores.items(), key=lambda item: -item[1])[:depth])
 
@@ -80,12 +84,21 @@ class Bm25:
 
     async def _read_stats(self, conn: asyncpg.Connection) -> lexical_index.QueryStats:
         if self._stats is None:
+            started = time.perf_counter()
             self._stats = await lexical_index.query_stats(conn, self._scope, self._filters, self._terms)
+            self._time("stats", started)
         return self._stats
 
     async def _exact(self, conn: asyncpg.Connection, ids: list[UUID]) -> dict[UUID, float]:
-        return await lexical_index.exact_scores(conn, self._scope, self._filters, self._stats, ids,
-                                                k1=self._k1, b=self._b)
+        started = time.perf_counter()
+        scores = await lexical_index.exact_scores(conn, self._scope, self._filters, self._stats, ids,
+                                                  k1=self._k1, b=self._b)
+        self._time("exact", started)
+        return scores
+
+    def _time(self, step: str, started: float) -> None:
+        key = f"{step}_ms"
+        self.timings_ms[key] = round(self.timings_ms.get(key, 0.0) + (time.perf_counter() - started) * 1e3, 3)
 
 
 async def rows(conn: asyncpg.Connection, ids: list[UUID], scope: Scope, filters: Filters,

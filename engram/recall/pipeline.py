@@ -133,7 +133,8 @@ class Recall:
             if unscored and len(lexical) >= depth:
                 lexical |= await bm25.more(conn, unscored)
             bm25_ms += (time.perf_counter() - t) * 1e3
-            explain.stages["bm25"] = {"ms": round(bm25_ms, 3), "hits": sum(1 for v in lexical.values() if v > 0)}
+            explain.stages["bm25"] = {"ms": round(bm25_ms, 3), "hits": sum(1 for v in lexical.values() if v > 0),
+                                      **bm25.timings_ms}
             t = time.perf_counter()
             found = await candidates.rows(conn, list(dict.fromkeys([*dense, *lexical])), scope, filters,
                                           query_vector, model, lexical, neighbours=s.expansion_weight != 0)
