@@ -228,7 +228,10 @@ class Runtime:
                 await asyncio.wait_for(worker.shutdown(), 10)
         for task in self.tasks:
             task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        if self.tasks:  # a task that ignores its cancel is reported, and does not hold the close
+            _, stuck = await asyncio.wait(self.tasks, timeout=10)
+            for task in stuck:
+                log.error("background task %s did not stop when cancelled", task.get_name())
         for provider in self.providers:
             await provider.aclose()
         await self.spaces.close()

@@ -58,12 +58,18 @@ class NewJobs:
         return asyncio.create_task(listen_forever(self._dsn, {jobs.NEW_JOBS: self.notified}))
 
     async def wait(self, poll_s: float, *, gather_s: float = 0.0) -> None:
-        """Until notified (then `gather_s` more, letting a burst gather) or `poll_s` has passed."""
+        """Until notified (then `gather_s` more, letting a burst gather) or `poll_s` has passed.
+
+        asyncio.timeout, not wait_for: on 3.11, wait_for swallows a cancellation that arrives
+        as the event is set, and the loop calling this then never stops (a shutdown hung in CI;
+        tests/test_notifications.py makes it happen)."""
         try:
-            await asyncio.wait_for(self._event.wait(), poll_s)
-            await asyncio.sleep(gather_s)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(poll_s):
+                await self._event.wait()
+        except TimeoutError:
             pass
+        else:
+            await asyncio.sleep(gather_s)
         self._event.clear()
 
 
@@ -106,8 +112,9 @@ class FirstPassWaiter:
                 if remaining <= 0:
                     return None
                 try:
-                    outcome = await asyncio.wait_for(future, min(remaining, self._poll_s))
-                except asyncio.TimeoutError:
+                    async with asyncio.timeout(min(remaining, self._poll_s)):  # not wait_for: see NewJobs.wait
+                        outcome = await future
+                except TimeoutError:
                     continue
                 if outcome:
                     return outcome
