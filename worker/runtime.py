@@ -225,7 +225,8 @@ class Runtime:
         await self.service.aclose()
         for worker in self.workers:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(worker.shutdown(), 10)
+                async with asyncio.timeout(10):
+                    await worker.shutdown()
         for task in self.tasks:
             task.cancel()
         if self.tasks:  # a task that ignores its cancel is reported, and does not hold the close
@@ -297,7 +298,8 @@ class Runtime:
         if cached and cached[1] == model and time.monotonic() - cached[0] < self.embedder_probe_ttl_s:
             return {**state, **cached[2]}
         try:
-            await asyncio.wait_for(space.embedder.embed_query(PROBE_TEXT), 2)
+            async with asyncio.timeout(2):
+                await space.embedder.embed_query(PROBE_TEXT)
             probe = {"reachable": True, "probe": f"{model} embedded the probe"}
         except Exception as exc:  # whatever the embedder raises, readiness answers
             probe = {"reachable": False, "probe": f"{model}: {type(exc).__name__}: {exc}"}
@@ -305,18 +307,21 @@ class Runtime:
         return {**state, **probe}
 
     async def _check_postgres(self) -> dict:
-        await asyncio.wait_for(self.pool.fetchval("SELECT 1"), 2)
+        async with asyncio.timeout(2):
+            await self.pool.fetchval("SELECT 1")
         return {"ok": True, "detail": "select 1"}
 
     async def _check_temporal(self) -> dict:
-        await asyncio.wait_for(self.client.service_client.check_health(), 2)
+        async with asyncio.timeout(2):
+            await self.client.service_client.check_health()
         return {"ok": True, "detail": self.settings.temporal_address}
 
     async def _check_index(self) -> dict:
         model, space = await self.spaces.active()
         if space.index is None:
             return {"ok": True, "detail": "written by the API process"}
-        count = await asyncio.wait_for(space.index.count(), 2)
+        async with asyncio.timeout(2):
+            count = await space.index.count()
         return {"ok": True, "detail": f"{space.index.name} ({model}), {count} points"}
 
 

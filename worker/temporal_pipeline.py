@@ -71,10 +71,12 @@ class TemporalPipeline:
     async def _start(self, run, arg, workflow_id: str,
                      reuse: WorkflowIDReusePolicy = WorkflowIDReusePolicy.REJECT_DUPLICATE) -> bool:
         try:
-            await asyncio.wait_for(self._client.start_workflow(
-                run, arg, id=workflow_id, task_queue=self._settings.temporal_task_queue,
-                id_reuse_policy=reuse, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            ), _START_WAIT_S)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow the dispatcher's cancel.
+            async with asyncio.timeout(_START_WAIT_S):
+                await self._client.start_workflow(
+                    run, arg, id=workflow_id, task_queue=self._settings.temporal_task_queue,
+                    id_reuse_policy=reuse, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                )
         except WorkflowAlreadyStartedError:
             pass
         except (RPCError, RuntimeError, asyncio.TimeoutError) as err:

@@ -150,8 +150,9 @@ class CrossEncoder:
         cancelled = threading.Event()
         future = asyncio.get_running_loop().run_in_executor(self._executor, self._score_all, query, texts, cancelled)
         try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(timeout_s):  # not wait_for: it can swallow a cancel (3.11)
+                return await asyncio.shield(future)
+        except TimeoutError:
             cancelled.set()
             return None
 
