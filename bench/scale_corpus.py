@@ -116,8 +116,8 @@ def load(data: Path, corpus: Corpus, start: int, stop: int) -> LoadStep:
     Starts the data directory's embedded Postgres on a free port and opens its edge shard (the
     service must have run once, to migrate and choose the active model), writes, runs
     VACUUM ANALYZE (what autovacuum would have done by the time a deployment holds this much),
-    optimises the edge shard as the service would, and stops Postgres. Raises RuntimeError if the active model is not the corpus's or a text
-    is already in its scope.
+    optimises the edge shard as the service would, and stops Postgres. Raises RuntimeError if
+    the active model is not the corpus's or a text is already in its scope.
     """
     settings = service_settings(data)
     pg = EmbeddedPostgres(settings.data_dir / "postgres", free_port())

@@ -197,8 +197,8 @@ class Runtime:
 
     def _start(self, work: Coroutine, name: str) -> None:
         """Run `work` in the background until close(). Every such loop handles its own failures;
-        one that ends anyway is logged at once with its exception (not when the task is
-        collected), and /readyz reports it as stopped."""
+        one that ends anyway is logged at once, at ERROR, with its exception (not when the task
+        is collected)."""
         task = asyncio.create_task(work, name=name)
         task.add_done_callback(self._report_end)
         self.tasks.append(task)

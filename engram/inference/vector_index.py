@@ -247,7 +247,8 @@ class EdgeIndex:
                 replayed = await asyncio.to_thread(self._swap_to, target)
             except BaseException:
                 self._journal = None
-                await asyncio.to_thread(shutil.rmtree, target, True)
+                if self._dir != target:  # never the generation being served
+                    await asyncio.to_thread(shutil.rmtree, target, True)
                 raise
             log.info("vector index optimised", extra={
                 "index": self._path.name, "generation": target.name, "replayed_writes": replayed,
@@ -272,10 +273,9 @@ class EdgeIndex:
             staged = pointer.with_name(pointer.name + ".tmp")
             staged.write_text(target.name)
             os.replace(staged, pointer)
-            old, self._shard, self._dir = self._shard, shard, target
-        # A search may still hold the old shard; it is closed by the collector, its directory
-        # removed by the next open or optimize.
-        old.flush()
+            self._shard, self._dir = shard, target
+        # A search may still hold the old shard: it is closed by the collector, unflushed (every
+        # write it took is in the new one), and its directory removed at the next open or close.
         return len(journal)
 
     def _remove_leftovers(self) -> None:
