@@ -1,6 +1,7 @@
 """Filling the lexical index, the sparse BM25 vectors that give search its candidates
-(engram.recall.candidates.Bm25), from Postgres, which stays the record: the postings, the
-statistics and the final scores are Postgres's.
+(engram.recall.candidates.Bm25), from Postgres, which stays the record: the postings and the
+statistics are Postgres's; a point holds what its weights were computed from, so search
+recovers exact scores from it (engram.domain.text.bm25_score).
 
 `index_pending` writes the points of memories not yet held (the `lexical_indexed` outbox) and
 marks them; `settle` finds a new, empty index beside memories marked as held and marks them all
@@ -31,6 +32,7 @@ async def index_pending(pool: asyncpg.Pool, index: VectorIndex, *, k1: float, b:
         for t in todo if t.tf  # a memory without a term is no BM25 candidate: nothing to hold
     ]
     if points:
+        await lexical_index.register_terms(pool, {term for t in todo for term in t.tf})
         await index.upsert(points)
     return await lexical_index.mark_indexed(pool, [(t.row["id"], t.row["version"]) for t in todo])
 

@@ -1,18 +1,25 @@
-"""The lexical index: BM25 candidates from sparse vectors in the vector engine, scored exactly in
-Postgres. Its top equals the aggregation of every posting; a memory is found before the index
-holds it; an empty index is rebuilt from Postgres; a changed analyzer re-indexes everything."""
+"""The lexical index: BM25 candidates from sparse vectors in the vector engine, each scored exactly
+from the vector the index returns. Its top equals the aggregation of every posting; a memory is
+found before the index holds it; an empty index is rebuilt from Postgres; points an earlier
+release wrote, and queries holding a term id two terms share, are scored in Postgres; a changed
+analyzer re-indexes everything."""
 
 from __future__ import annotations
 
 import asyncio
 import shutil
+import uuid
+
+import pytest
 
 from engram import lexical_steps
 from engram.domain.auth import EVERYTHING
 from engram.domain.filters import Filters
 from engram.domain.models import Scope
-from engram.domain.text import bm25_terms
+from engram.domain.text import bm25_terms, term_id
+from engram.inference.embedding_spaces import index_point
 from engram.recall import candidates
+from engram.store import lexical_index
 from engram.store import memories as repo
 
 TEXTS = [
@@ -54,11 +61,21 @@ async def test_the_lexical_index_top_equals_the_aggregation_of_every_posting(app
     s, filters = app.settings, Filters(EVERYTHING)
     for query in QUERIES:
         for depth in (5, 40):
+            bm25 = candidates.Bm25(s, query, Scope(**scope), filters, app.runtime.lexical)
             async with app.pool.acquire() as conn:
-                got = await candidates.Bm25(s, query, Scope(**scope), filters, app.runtime.lexical).top(conn, depth)
+                got = await bm25.top(conn, depth)
                 want = await repo.bm25_scores(conn, Scope(**scope), filters, bm25_terms(query), k1=s.bm25_k1,
                                               b=s.bm25_b, limit=depth)
-            assert sorted(got.values(), reverse=True) == sorted(want.values(), reverse=True), (query, depth)
+                others = [i for i in await repo.bm25_scores(conn, Scope(**scope), filters, bm25_terms(query),
+                                                            k1=s.bm25_k1, b=s.bm25_b, limit=300) if i not in got]
+                more = await bm25.more(conn, others[:7] + [uuid.uuid4()])
+                want_more = await repo.bm25_scores(conn, Scope(**scope), filters, bm25_terms(query), k1=s.bm25_k1,
+                                                   b=s.bm25_b, limit=300)
+            # Scored from the points' vectors: the same arithmetic as Postgres's, summed in another order.
+            assert sorted(got.values(), reverse=True) == pytest.approx(sorted(want.values(), reverse=True),
+                                                                       rel=1e-12), (query, depth)
+            assert more == pytest.approx({i: want_more[i] for i in others[:7]}, rel=1e-12)
+            assert "postgres_ms" not in bm25.timings_ms  # every memory indexed: Postgres scored none
             assert await app.count("SELECT count(*) FROM memories WHERE id = ANY($1::uuid[]) AND user_id <> 'lex'",
                                    list(got)) == 0
 
@@ -78,6 +95,44 @@ async def test_a_memory_is_found_by_bm25_before_the_lexical_index_holds_it(app):
     assert set(app.runtime.served_indexes()) == {app.settings.embedding_model, "lexical"}  # what gets optimised
     ready = (await app.http.get("/readyz")).json()["components"]["lexical_index"]
     assert ready["ok"] and ready["points"] == len(TEXTS) and ready["to_index"] == 0, ready
+
+
+async def _scored_in_postgres(app, scope: dict, query: str) -> tuple[dict, dict, candidates.Bm25]:
+    s, filters = app.settings, Filters(EVERYTHING)
+    bm25 = candidates.Bm25(s, query, Scope(**scope), filters, app.runtime.lexical)
+    async with app.pool.acquire() as conn:
+        got = await bm25.top(conn, 10)
+        want = await repo.bm25_scores(conn, Scope(**scope), filters, bm25_terms(query), k1=s.bm25_k1, b=s.bm25_b,
+                                      limit=10)
+    return got, want, bm25
+
+
+async def test_a_point_an_earlier_release_wrote_is_scored_in_postgres(app):
+    scope = {"user_id": "old-points"}
+    await _bulk(app, scope, TEXTS)
+    await _wait_indexed(app)
+    target = await app.pool.fetchrow("SELECT * FROM memories WHERE content LIKE 'Melanie painted%'")
+    # Its weights without the dimensions that say how they were computed.
+    await app.runtime.lexical.upsert([index_point(target, {term_id("sunris"): 1.0})])
+    got, want, bm25 = await _scored_in_postgres(app, scope, "sunrise")
+    assert list(got) == [target["id"]] and got == pytest.approx(want, rel=1e-12)
+    assert "postgres_ms" in bm25.timings_ms
+
+
+async def test_a_query_holding_a_term_id_two_terms_share_is_scored_in_postgres(app):
+    scope = {"user_id": "collision"}
+    await _bulk(app, scope, TEXTS)
+    await _wait_indexed(app)
+    # What registering a point holding another term with the id of "lake" records.
+    await lexical_index.register_terms(app.pool, {"lake"})
+    await app.pool.execute("UPDATE lexical_terms SET term = 'not-lake' WHERE term_id = $1", term_id("lake"))
+    await lexical_index.register_terms(app.pool, {"lake"})
+    assert await app.pool.fetchval("SELECT shared FROM lexical_terms WHERE term_id = $1", term_id("lake"))
+    got, want, bm25 = await _scored_in_postgres(app, scope, "lake trip")
+    assert got == pytest.approx(want, rel=1e-12) and len(got) == 2
+    assert "postgres_ms" in bm25.timings_ms
+    got, want, bm25 = await _scored_in_postgres(app, scope, "pottery class")  # other terms: from the index
+    assert got == pytest.approx(want, rel=1e-12) and "postgres_ms" not in bm25.timings_ms
 
 
 class _IndexedDuringTheSearch:

@@ -154,6 +154,24 @@ async def test_upsert_replaces_and_delete_removes(index, point, vec):
     assert await index.count() == 0
 
 
+async def test_a_search_among_given_ids_returns_only_those_with_their_vectors_if_asked(index, point, vec, kind):
+    points = [point(i) for i in range(5)]
+    await index.upsert(points)
+    wanted = [points[1].id, points[3].id, uuid.uuid4()]
+    hits = await index.search(points[0].vector, Scope(user_id="u"), ALL, 10, ids=wanted, with_vectors=True)
+    assert {h.id for h in hits} == {points[1].id, points[3].id}
+    for hit in hits:
+        stored = next(p.vector for p in points if p.id == hit.id)
+        if kind == "sparse":
+            assert hit.vector.keys() == stored.keys()
+            stored, got = list(stored.values()), [hit.vector[k] for k in stored]
+        else:
+            got = hit.vector
+        assert got == pytest.approx(stored, rel=1e-6)  # float32 in the engine
+    assert await index.search(points[0].vector, Scope(user_id="u"), ALL, 10, ids=[]) == []
+    assert all(h.vector is None for h in await index.search(points[0].vector, Scope(user_id="u"), ALL, 10))
+
+
 async def test_a_sparse_query_scores_the_dot_product_and_misses_points_holding_none_of_its_terms(index, kind):
     if kind != "sparse":
         pytest.skip("a sparse index's own contract")

@@ -155,23 +155,57 @@ def term_frequencies(text: str, stemmer: str = "english") -> tuple[Counter[str],
 # Okapi BM25 splits into a query side and a document side: score(q, d) = Σ idf(t) · w(t, d), with
 # w(t, d) = tf·(k1+1) / (tf + k1·(1 − b + b·|d|/avgdl)). A memory's sparse vector holds its w by
 # term id, its scope's avgdl taken when it is indexed; a query's holds the idf. Their dot product
-# is BM25 while avgdl holds; Postgres re-scores the candidates exactly either way.
+# is BM25 while avgdl holds, and picks the candidates. Three reserved dimensions, which no query
+# holds, keep what was used to compute the w (|d|, k1·(1 − b + b·|d|/avgdl) and k1), so each
+# term's tf, and with it the memory's exact score under today's statistics, is recovered from
+# the vector the index returns (`bm25_score`), as Postgres would compute it.
+
+LENGTH_DIM, NORM_DIM, K1_DIM = 0, 1, 2
+_RESERVED = 3
+
 
 def term_id(term: str) -> int:
     """A term's id in the sparse vectors: a stable 32-bit hash, the same in every process and
-    release. Two terms may share an id (rarely: ~1 pair among 100k terms); that can only move a
-    memory into or out of the candidates, never change a returned score."""
-    return int.from_bytes(hashlib.blake2b(term.encode(), digest_size=4).digest(), "little")
+    release, never a reserved dimension. Two terms may share an id (~1 pair among 100k terms);
+    the lexical index records which ids are shared (engram.store.lexical_index.register_terms)
+    and search scores a query holding one in Postgres."""
+    h = int.from_bytes(hashlib.blake2b(term.encode(), digest_size=4).digest(), "little")
+    return h if h >= _RESERVED else h + _RESERVED
 
 
 def bm25_document_vector(tf: dict[str, int], length: int, avgdl: float, *, k1: float, b: float) -> dict[int, float]:
-    """A memory's sparse vector: each term's saturated, length-normalised frequency."""
+    """A memory's sparse vector: each term's saturated, length-normalised frequency, and the
+    reserved dimensions."""
     norm = k1 * (1 - b + b * length / max(avgdl, 1.0))
-    vector: dict[int, float] = {}
+    vector: dict[int, float] = {LENGTH_DIM: float(length), NORM_DIM: norm, K1_DIM: k1}
     for term, count in tf.items():
         key = term_id(term)
         vector[key] = vector.get(key, 0.0) + count * (k1 + 1) / (count + norm)
     return vector
+
+
+def bm25_score(vector: dict[int, float], query: dict[int, float], avgdl: float, *, k1: float, b: float
+               ) -> float | None:
+    """Okapi BM25 of a memory, from its sparse vector as the index returns it (float32 values),
+    for a query's sparse vector (`bm25_query_vector`: no two of its terms sharing an id) and its
+    scopes' `avgdl`: the score
+    engram.store.memories.bm25_scores gives it, term by term the same arithmetic (a sum may
+    differ in the last bit: the order differs). None for a vector without the reserved
+    dimensions (written by an earlier release), or where a term's frequency does not come back
+    as a whole number (a frequency in the thousands, where float32 runs out of precision)."""
+    if NORM_DIM not in vector:
+        return None
+    length, indexed_norm, indexed_k1 = vector[LENGTH_DIM], vector[NORM_DIM], vector[K1_DIM]
+    score = 0.0
+    for key, weight in query.items():
+        w = vector.get(key)
+        if w:
+            estimate = w * indexed_norm / (indexed_k1 + 1 - w)  # w = tf·(k1+1) / (tf + norm), solved for tf
+            tf = round(estimate)
+            if tf < 1 or abs(estimate - tf) > 0.01:
+                return None
+            score += weight * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / max(avgdl, 1.0)))
+    return score
 
 
 def bm25_query_vector(idf: dict[str, float]) -> dict[int, float]:

@@ -5,7 +5,7 @@
 
 An index holds either dense vectors of one embedding model (`ensure(model=, dim=)`), or the
 sparse BM25 vectors of the lexical index (`ensure_sparse()`): a memory's {term id: weight},
-searched with a query's {term id: IDF} (engram.domain.text.bm25_weights). Postgres holds the
+searched with a query's {term id: IDF} (engram.domain.text's sparse vectors). Postgres holds the
 canonical embeddings and the postings, so every index can be rebuilt from it.
 """
 
@@ -85,6 +85,7 @@ def _restricted_parts(filters: Filters) -> list[tuple[str, list[str]]]:
 class VectorHit:
     id: UUID
     score: float
+    vector: Vector | None = None  # the point's vector, when search(with_vectors=True)
 
 
 class VectorIndex(Protocol):
@@ -107,10 +108,12 @@ class VectorIndex(Protocol):
     async def delete(self, ids: list[UUID]) -> None:
         """Remove points; missing ids are ignored."""
 
-    async def search(self, vector: Vector, scope: Scope, filters: Filters, limit: int) -> list[VectorHit]:
-        """Nearest points inside `scope` passing `filters`, best first: cosine similarity as the
-        score, or for a sparse query the dot product with each point's weights (points holding
-        no query term are not hits)."""
+    async def search(self, vector: Vector, scope: Scope, filters: Filters, limit: int, *,
+                     ids: list[UUID] | None = None, with_vectors: bool = False) -> list[VectorHit]:
+        """Nearest points inside `scope` passing `filters` (and among `ids`, if given), best
+        first: cosine similarity as the score, or for a sparse query the dot product with each
+        point's weights (points holding no query term are not hits); with their vectors if
+        asked."""
 
     async def count(self) -> int: ...
 
@@ -209,15 +212,18 @@ class EdgeIndex:
 
         await asyncio.to_thread(self._write, q.UpdateOperation.delete_points([str(i) for i in ids]))
 
-    async def search(self, vector: Vector, scope: Scope, filters: Filters, limit: int) -> list[VectorHit]:
+    async def search(self, vector: Vector, scope: Scope, filters: Filters, limit: int, *,
+                     ids: list[UUID] | None = None, with_vectors: bool = False) -> list[VectorHit]:
         import qdrant_edge as q
 
         request = q.QueryRequest(
             limit=limit, query=q.Query.Nearest(_edge_vector(vector), using=self._vector_name),
-            filter=_edge_filter(scope, filters), with_payload=False,
+            filter=_edge_filter(scope, filters, ids), with_payload=False,
+            with_vector=[self._vector_name] if with_vectors else False,
         )
         points = await asyncio.to_thread(self._shard.query, request)
-        return [VectorHit(UUID(str(p.id)), float(p.score)) for p in points]
+        return [VectorHit(UUID(str(p.id)), float(p.score), _from_stored(p.vector[self._vector_name]) if with_vectors
+                          else None) for p in points]
 
     async def count(self) -> int:
         import qdrant_edge as q
@@ -344,12 +350,15 @@ class QdrantServerIndex:
 
         await self._client.delete(self._collection, m.PointIdsList(points=[str(i) for i in ids]), wait=True)
 
-    async def search(self, vector: Vector, scope: Scope, filters: Filters, limit: int) -> list[VectorHit]:
+    async def search(self, vector: Vector, scope: Scope, filters: Filters, limit: int, *,
+                     ids: list[UUID] | None = None, with_vectors: bool = False) -> list[VectorHit]:
         result = await self._client.query_points(
             self._collection, query=_server_vector(vector), using=self._vector_name,
-            query_filter=_server_filter(scope, filters), limit=limit, with_payload=False,
+            query_filter=_server_filter(scope, filters, ids), limit=limit, with_payload=False,
+            with_vectors=[self._vector_name] if with_vectors else False,
         )
-        return [VectorHit(UUID(str(p.id)), float(p.score)) for p in result.points]
+        return [VectorHit(UUID(str(p.id)), float(p.score), _from_stored(p.vector[self._vector_name]) if with_vectors
+                          else None) for p in result.points]
 
     async def count(self) -> int:
         return (await self._client.count(self._collection, exact=True)).count
@@ -380,10 +389,19 @@ def _server_vector(vector: Vector):
     return list(vector)
 
 
-def _edge_filter(scope: Scope, filters: Filters):
+def _from_stored(vector) -> Vector:
+    """A vector as either engine returns it: dense values, or a sparse vector as {index: value}."""
+    if hasattr(vector, "indices"):
+        return dict(zip(vector.indices, vector.values))
+    return list(vector)
+
+
+def _edge_filter(scope: Scope, filters: Filters, ids: list[UUID] | None = None):
     import qdrant_edge as q
 
     must = [q.FieldCondition(k, match=q.MatchValue(v)) for k, v in _conditions(scope, filters)]
+    if ids is not None:
+        must.append(q.HasIdCondition({str(i) for i in ids}))
     for part, values in _restricted_parts(filters):
         either = [q.IsNullCondition(part)] + ([q.FieldCondition(part, match=q.MatchAny(values))] if values else [])
         must.append(q.Filter(should=either))
@@ -397,10 +415,12 @@ def _edge_filter(scope: Scope, filters: Filters):
     return q.Filter(must=must)
 
 
-def _server_filter(scope: Scope, filters: Filters):
+def _server_filter(scope: Scope, filters: Filters, ids: list[UUID] | None = None):
     from qdrant_client import models as m
 
     must: list = [m.FieldCondition(key=k, match=m.MatchValue(value=v)) for k, v in _conditions(scope, filters)]
+    if ids is not None:
+        must.append(m.HasIdCondition(has_id=[str(i) for i in ids]))
     for part, values in _restricted_parts(filters):
         either: list = [m.IsNullCondition(is_null=m.PayloadField(key=part))]
         if values:

@@ -1,6 +1,6 @@
 """Stage 1: candidates. Dense hits from the vector index and BM25 hits from the lexical index,
-scored in Postgres, then the candidates' rows re-read with every filter, so nothing outside the
-scope or deleted survives. Ranking reads a few columns of each candidate; only the results'
+each with its exact BM25 score, then the candidates' rows re-read with every filter, so nothing
+outside the scope or deleted survives. Ranking reads a few columns of each candidate; only the results'
 full rows are read."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 
 from engram.domain.filters import Filters
 from engram.domain.models import Scope
-from engram.domain.text import bm25_query_vector, bm25_terms
+from engram.domain.text import bm25_query_vector, bm25_score, bm25_terms
 from engram.inference.vector_index import VectorIndex
 from engram.settings import Settings
 from engram.store import lexical_index
@@ -41,14 +41,17 @@ async def dense(index: VectorIndex, query_vector: np.ndarray, scope: Scope, filt
 
 class Bm25:
     """Okapi BM25 of one query over a scope: its top (`top`), then the scores of other memories
-    (`more`, the dense hits outside that top), every score Postgres's and exact under the same
-    statistics, which are read once.
+    (`more`, the dense hits outside that top), every score exact under the same statistics,
+    which are read once.
 
     With the lexical `index`, the top is found without reading every posting of the scope: the
     index's best 2·depth by its stored weights, plus the scope's memories it does not hold yet,
     are scored exactly and the best `depth` kept. Stored weights use the avgdl of when a memory
-    was indexed, so that only decides who is a candidate, at the margin. Without it, every
-    posting of the query's terms in the scope is aggregated."""
+    was indexed, so that only decides who is a candidate, at the margin. An indexed memory is
+    scored from the vector the index returns (engram.domain.text.bm25_score), one the index
+    does not hold yet by Postgres from its postings. A memory changed since the statistics were
+    read is scored as one of its versions, never a mix. Without the index, every posting of the
+    query's terms in the scope is aggregated."""
 
     def __init__(self, settings: Settings, query: str, scope: Scope, filters: Filters,
                  index: VectorIndex | None = None) -> None:
@@ -56,7 +59,8 @@ class Bm25:
         self._k1, self._b = settings.bm25_k1, settings.bm25_b
         self._scope, self._filters, self._index = scope, filters, index
         self._stats: lexical_index.QueryStats | None = None
-        self.timings_ms: dict[str, float] = {}  # statistics, index query, exact scores: for explain
+        self._scores: dict[UUID, float] = {}  # every exact score so far, including those outside the top
+        self.timings_ms: dict[str, float] = {}  # statistics, index queries, Postgres's scores: for explain
 
     async def top(self, conn: asyncpg.Connection, depth: int) -> dict[UUID, float]:
         """The best `depth` memories holding a query term, by score."""
@@ -68,19 +72,52 @@ class Bm25:
         stats = await self._read_stats(conn)
         if not stats.idf:
             return {}
-        started = time.perf_counter()
-        hits = await self._index.search(bm25_query_vector(stats.idf), self._scope, self._filters, 2 * depth)
-        self._time("index", started)
-        scores = await self._exact(conn, list(dict.fromkeys([*(h.id for h in hits), *stats.unindexed])))
-        return dict(sorted(scores.items(), key=lambda item: -item[1])[:depth])
+        await self._score_from_index(conn, 2 * depth, None)
+        await self._score_in_postgres(conn, stats.unindexed)
+        return dict(sorted(self._scores.items(), key=lambda item: -item[1])[:depth])
 
     async def more(self, conn: asyncpg.Connection, ids: list[UUID]) -> dict[UUID, float]:
         """The scores of those of `ids` that hold a query term (the others score 0), read by id:
         never an aggregation over the scope."""
         if not self._terms or not ids:
             return {}
-        await self._read_stats(conn)
-        return await self._exact(conn, ids)
+        stats = await self._read_stats(conn)
+        if not stats.idf:
+            return {}
+        missing = [i for i in ids if i not in self._scores]
+        if missing:
+            if self._index is None:
+                self._scores |= await self._postgres(conn, missing)
+            else:
+                await self._score_from_index(conn, len(missing), missing)
+        return {i: self._scores[i] for i in ids if i in self._scores}
+
+    async def _score_from_index(self, conn: asyncpg.Connection, limit: int, ids: list[UUID] | None) -> None:
+        """The index's best `limit` (among `ids`), scored from their vectors. Postgres scores a
+        memory the index does not hold yet (`stats.unindexed`), whatever an old point of it
+        says; one whose vector cannot give its exact score; and every hit of a query holding
+        a term id that stands for two terms."""
+        stats = self._stats
+        started = time.perf_counter()
+        query = bm25_query_vector(stats.idf)
+        hits = await self._index.search(query, self._scope, self._filters, limit, ids=ids, with_vectors=True)
+        unindexed, in_postgres = set(stats.unindexed), []
+        for hit in hits:
+            if hit.id in unindexed:
+                continue
+            score = None if stats.shared_term_id else bm25_score(hit.vector, query, stats.avgdl,
+                                                                  k1=self._k1, b=self._b)
+            if score is None:
+                in_postgres.append(hit.id)
+            else:
+                self._scores[hit.id] = score
+        self._time("index", started)
+        await self._score_in_postgres(conn, in_postgres)
+
+    async def _score_in_postgres(self, conn: asyncpg.Connection, ids: list[UUID]) -> None:
+        todo = [i for i in ids if i not in self._scores]
+        if todo:
+            self._scores |= await self._postgres(conn, todo)
 
     async def _read_stats(self, conn: asyncpg.Connection) -> lexical_index.QueryStats:
         if self._stats is None:
@@ -89,11 +126,11 @@ class Bm25:
             self._time("stats", started)
         return self._stats
 
-    async def _exact(self, conn: asyncpg.Connection, ids: list[UUID]) -> dict[UUID, float]:
+    async def _postgres(self, conn: asyncpg.Connection, ids: list[UUID]) -> dict[UUID, float]:
         started = time.perf_counter()
         scores = await lexical_index.exact_scores(conn, self._scope, self._filters, self._stats, ids,
                                                   k1=self._k1, b=self._b)
-        self._time("exact", started)
+        self._time("postgres", started)
         return scores
 
     def _time(self, step: str, started: float) -> None:

@@ -4,7 +4,8 @@ tokenises queries (`engram.domain.text.bm25_analyzer`). Writes keep them one mem
 
 It also feeds the lexical index, the sparse vectors that give search its BM25 candidates
 (engram.lexical_steps): which memories it does not hold yet (`lexical_indexed`, the outbox),
-their postings and their scopes' average lengths, and the query-side statistics.
+their postings and their scopes' average lengths, the term ids it holds (`lexical_terms`), and
+the query-side statistics.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import asyncpg
 
 from engram.domain.filters import Filters
 from engram.domain.models import Scope
-from engram.domain.text import term_frequencies
+from engram.domain.text import term_frequencies, term_id
 from engram.store import bm25
 from engram.store.sql import Where
 
@@ -103,6 +104,26 @@ async def to_index(pool: asyncpg.Pool, limit: int) -> list[ToIndex]:
     return [ToIndex(r, tf[r["id"]]) for r in rows]
 
 
+async def register_terms(pool: asyncpg.Pool, terms: set[str]) -> None:
+    """Record the ids of `terms`, which points are about to hold, marking an id `shared` when it
+    stands for two terms (`lexical_terms`). Idempotent."""
+    by_id: dict[int, set[str]] = defaultdict(set)
+    for term in terms:
+        by_id[term_id(term)].add(term)
+    if not by_id:
+        return
+    ids = list(by_id)
+    await pool.execute(
+        """
+        INSERT INTO lexical_terms AS t (term_id, term, shared)
+        SELECT * FROM unnest($1::bigint[], $2::text[], $3::bool[])
+        ON CONFLICT (term_id) DO UPDATE SET shared = true
+        WHERE NOT t.shared AND (t.term <> excluded.term OR excluded.shared)
+        """,
+        ids, [min(by_id[i]) for i in ids], [len(by_id[i]) > 1 for i in ids],
+    )
+
+
 async def mark_indexed(pool: asyncpg.Pool, written: list[tuple[UUID, int]]) -> int:
     """Record (memory, version) pairs as held by the lexical index. A memory changed since it
     was read (another version) stays to do. Returns how many were marked."""
@@ -146,12 +167,14 @@ class QueryStats:
     idf: dict[str, float]
     avgdl: float
     unindexed: list[UUID]
+    shared_term_id: bool = False  # a query term's id stands for another term too (lexical_terms)
 
 
 async def query_stats(conn: asyncpg.Connection, scope: Scope, filters: Filters, terms: list[str]) -> QueryStats:
     """IDF = ln(1 + (N - df + 0.5) / (df + 0.5)) and avgdl as memories.bm25_scores computes
-    them, and the memories not indexed yet, in one statement."""
-    stats = Where([sorted(set(terms))])
+    them, the memories not indexed yet, and whether a term's id is shared, in one statement."""
+    distinct = sorted(set(terms))
+    stats = Where([distinct, [term_id(t) for t in distinct]])
     stats.scope(scope, "s")
     stats.visible(filters.visible, "s")
     fresh = Where(stats.params)
@@ -168,13 +191,15 @@ async def query_stats(conn: asyncpg.Connection, scope: Scope, filters: Filters, 
                WHERE ts.term = ANY($1::text[]) GROUP BY ts.term HAVING sum(ts.df) > 0)
         SELECT df.term, ln(1 + greatest(n.n - df.df + 0.5, 0) / (df.df + 0.5)) AS idf, n.avgdl,
                (SELECT array_agg(m.id) FROM memories m WHERE {fresh.sql()} AND EXISTS (
-                    SELECT 1 FROM memory_terms t WHERE t.memory_id = m.id AND t.term = ANY($1::text[]))) AS unindexed
+                    SELECT 1 FROM memory_terms t WHERE t.memory_id = m.id AND t.term = ANY($1::text[]))) AS unindexed,
+               EXISTS (SELECT 1 FROM lexical_terms l WHERE l.term_id = ANY($2::bigint[]) AND l.shared) AS shared
         FROM n LEFT JOIN df ON true
         """,
         *fresh.params,
     )
     return QueryStats(idf={r["term"]: float(r["idf"]) for r in rows if r["term"] is not None},
-                      avgdl=float(rows[0]["avgdl"]), unindexed=rows[0]["unindexed"] or [])
+                      avgdl=float(rows[0]["avgdl"]), unindexed=rows[0]["unindexed"] or [],
+                      shared_term_id=rows[0]["shared"])
 
 
 async def exact_scores(conn: asyncpg.Connection, scope: Scope, filters: Filters, stats: QueryStats,

@@ -90,6 +90,14 @@ CREATE TABLE idempotency_keys (
 );
 CREATE UNIQUE INDEX idempotency_keys_pkey ON public.idempotency_keys USING btree (principal, key);
 
+CREATE TABLE lexical_terms (
+    term_id bigint NOT NULL,
+    term text NOT NULL,
+    shared boolean NOT NULL DEFAULT false,
+    CONSTRAINT lexical_terms_pkey PRIMARY KEY (term_id)
+);
+CREATE UNIQUE INDEX lexical_terms_pkey ON public.lexical_terms USING btree (term_id);
+
 CREATE TABLE memories (
     id uuid NOT NULL,
     user_id text,
