@@ -23,12 +23,15 @@ from engram.store import lexical_index
 log = logging.getLogger(__name__)
 
 
+REWEIGH_DRIFT = 0.05  # how far a scope's average length may move before its points are reweighed
+
+
 async def index_pending(pool: asyncpg.Pool, index: VectorIndex, *, k1: float, b: float, limit: int) -> int:
-    """Write the points of up to `limit` memories the index does not hold yet; returns how many
-    were marked held (a memory changed meanwhile stays to do)."""
-    todo = await lexical_index.to_index(pool, limit)
+    """Write the points of up to `limit` memories the index does not hold yet (or must reweigh);
+    returns how many were marked done (a memory changed meanwhile stays to do)."""
+    todo = await lexical_index.to_index(pool, limit, REWEIGH_DRIFT)
     points = [
-        index_point(t.row, bm25_document_vector(t.tf, t.row["token_count"], t.row["avgdl"], k1=k1, b=b))
+        index_point(t.row, bm25_document_vector(t.tf, t.row["token_count"], t.avgdl, k1=k1, b=b))
         for t in todo if t.tf  # a memory without a term is no BM25 candidate: nothing to hold
     ]
     if points:

@@ -16,7 +16,7 @@ from engram import lexical_steps
 from engram.domain.auth import EVERYTHING
 from engram.domain.filters import Filters
 from engram.domain.models import Scope
-from engram.domain.text import bm25_terms, term_id
+from engram.domain.text import LENGTH_DIM, NORM_DIM, bm25_terms, term_id
 from engram.inference.embedding_spaces import index_point
 from engram.recall import candidates
 from engram.store import lexical_index
@@ -47,7 +47,7 @@ async def _bm25_hits(app, query: str, scope: dict) -> dict[str, float]:
 
 async def _wait_indexed(app, timeout_s: float = 30) -> None:
     deadline = asyncio.get_running_loop().time() + timeout_s
-    while await app.count("SELECT count(*) FROM memories WHERE NOT lexical_indexed"):
+    while await app.count("SELECT count(*) FROM memories WHERE NOT lexical_indexed OR lexical_reweigh"):
         assert asyncio.get_running_loop().time() < deadline, "the lexical indexer did not catch up"
         await asyncio.sleep(0.1)
 
@@ -95,6 +95,35 @@ async def test_a_memory_is_found_by_bm25_before_the_lexical_index_holds_it(app):
     assert set(app.runtime.served_indexes()) == {app.settings.embedding_model, "lexical"}  # what gets optimised
     ready = (await app.http.get("/readyz")).json()["components"]["lexical_index"]
     assert ready["ok"] and ready["points"] == len(TEXTS) and ready["to_index"] == 0, ready
+
+
+async def test_a_growing_scope_keeps_every_point_weighed_with_one_average_length_near_its_own(app):
+    scope = {"user_id": "growing"}
+    await _bulk(app, scope, ["lake", "sunrise lake", "pottery"])  # short: an average length of 1.3 terms
+    await _wait_indexed(app)
+    long = [f"{t}, and then a long story about the family trip number {i} with many more words" for i, t in
+            enumerate(TEXTS * 3)]
+    await _bulk(app, scope, long)  # the average grows tenfold: the first points are reweighed
+    await _wait_indexed(app)
+    s = app.settings
+    current = await app.pool.fetchval(
+        "SELECT total_len::float8 / doc_count FROM bm25_scope_stats WHERE user_id = 'growing' AND agent_id IS NULL")
+    lexical_avgdl = await app.pool.fetchval(
+        "SELECT lexical_avgdl FROM bm25_scope_stats WHERE user_id = 'growing' AND agent_id IS NULL")
+    assert abs(lexical_avgdl / current - 1) <= lexical_steps.REWEIGH_DRIFT <= 0.1
+    hits = await app.runtime.lexical.search({term_id("lake"): 1.0, term_id("famili"): 1.0}, Scope(**scope),
+                                            Filters(EVERYTHING), 100, with_vectors=True)
+    assert len(hits) == 2 + len(long)  # every memory holding one of the terms
+    for hit in hits:  # norm = k1·(1 − b + b·|d|/avgdl), solved for the avgdl it was weighed with
+        length, norm = hit.vector[LENGTH_DIM], hit.vector[NORM_DIM]
+        weighed_with = s.bm25_b * length / (norm / s.bm25_k1 - 1 + s.bm25_b)
+        assert weighed_with == pytest.approx(lexical_avgdl, rel=1e-5)
+    # The first, short memories, weighed when they were the whole scope, still top a search.
+    async with app.pool.acquire() as conn:
+        got = await candidates.Bm25(s, "lake pottery", Scope(**scope), Filters(EVERYTHING),
+                                    app.runtime.lexical).top(conn, 3)
+    assert set(got) >= set(await app.pool.fetchval(
+        "SELECT array_agg(id) FROM memories WHERE user_id = 'growing' AND content IN ('lake', 'pottery')"))
 
 
 async def _scored_in_postgres(app, scope: dict, query: str) -> tuple[dict, dict, candidates.Bm25]:

@@ -5,6 +5,7 @@ full rows are read."""
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -39,15 +40,19 @@ async def dense(index: VectorIndex, query_vector: np.ndarray, scope: Scope, filt
     return {hit.id: hit.score for hit in hits}
 
 
+OVERFETCH = 1.25  # index hits scored exactly per BM25 candidate kept
+
+
 class Bm25:
     """Okapi BM25 of one query over a scope: its top (`top`), then the scores of other memories
     (`more`, the dense hits outside that top), every score exact under the same statistics,
     which are read once.
 
     With the lexical `index`, the top is found without reading every posting of the scope: the
-    index's best 2·depth by its stored weights, plus the scope's memories it does not hold yet,
-    are scored exactly and the best `depth` kept. Stored weights use the avgdl of when a memory
-    was indexed, so that only decides who is a candidate, at the margin. An indexed memory is
+    index's best depth·OVERFETCH by its stored weights, plus the scope's memories it does not hold
+    yet, are scored exactly and the best `depth` kept. Stored weights use the avgdl of when a
+    memory was indexed, so they differ from exact scores by a few percent and only reorder the
+    margin; the extra quarter covers it. An indexed memory is
     scored from the vector the index returns (engram.domain.text.bm25_score), one the index
     does not hold yet by Postgres from its postings. A memory changed since the statistics were
     read is scored as one of its versions, never a mix. Without the index, every posting of the
@@ -72,7 +77,7 @@ class Bm25:
         stats = await self._read_stats(conn)
         if not stats.idf:
             return {}
-        await self._score_from_index(conn, 2 * depth, None)
+        await self._score_from_index(conn, math.ceil(depth * OVERFETCH), None)
         await self._score_in_postgres(conn, stats.unindexed)
         return dict(sorted(self._scores.items(), key=lambda item: -item[1])[:depth])
 

@@ -53,7 +53,7 @@ class Ranked:
     id: UUID
     created_at: datetime
     score: float
-    components: ScoreComponents
+    components: dict[str, float]  # ScoreComponents' fields: the model is built for the results only
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ class Recall:
         # A few spares: a memory deleted since `fetch` is dropped and the next one moves up.
         shown = ranked[:wanted + SPARE_ROWS]
         rows = await repo.rows_in_scope(conn, [r.id for r in shown], scope, filters)
-        hits = [SearchHit(memory=rows[r.id], score=r.score, components=r.components)
+        hits = [SearchHit(memory=rows[r.id], score=r.score, components=ScoreComponents(**r.components))
                 for r in shown if r.id in rows][:wanted]
         context = {}
         if opts.rerank and self._settings.rerank_session_context:
@@ -178,13 +178,13 @@ class Recall:
         ranked = []
         for c in found:
             access = math.log1p(c.access_count)
-            components = ScoreComponents(vector=c.similarity or 0.0, bm25=c.bm25, vector_norm=vector_norm[c.id],
-                                         bm25_norm=bm25_norm[c.id], fused=fused[c.id], expansion=lift[c.id],
-                                         access=access)
+            components = dict(vector=c.similarity or 0.0, bm25=c.bm25, vector_norm=vector_norm[c.id],
+                              bm25_norm=bm25_norm[c.id], fused=fused[c.id], expansion=lift[c.id], access=access)
             ranked.append(Ranked(c.id, c.created_at, fused[c.id] + lift[c.id] + s.rank_access_weight * access,
                                  components))
-        # Equal scores: earlier memories first (a conversation's order).
-        ranked.sort(key=lambda r: (-r.score, r.created_at, str(r.id)))
+        # Equal scores: earlier memories first (a conversation's order), then by id (a UUID orders
+        # as its text does, without making the text).
+        ranked.sort(key=lambda r: (-r.score, r.created_at, r.id))
         return ranked
 
     async def _rerank(self, query: str, hits: list[SearchHit], top_n: int, context: dict[UUID, str]

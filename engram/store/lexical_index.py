@@ -75,33 +75,68 @@ async def settle_analyzer(conn: asyncpg.Connection, analyzer: str, stemmer: str,
 
 @dataclass(frozen=True)
 class ToIndex:
-    """A memory the lexical index does not hold yet: `row` holds its labels (as
-    embedding_spaces.index_point reads them), `version`, `token_count` and its exact scope's
-    `avgdl`; `tf` its postings."""
+    """A memory whose point the lexical index must write: `row` holds its labels (as
+    embedding_spaces.index_point reads them), `version`, `token_count` and `scope_key`; `tf` its
+    postings; `avgdl` the average length its weights are computed with (its scope's
+    `lexical_avgdl`)."""
 
     row: asyncpg.Record
     tf: dict[str, int]
+    avgdl: float
 
 
-async def to_index(pool: asyncpg.Pool, limit: int) -> list[ToIndex]:
-    """Up to `limit` memories not in the lexical index yet, oldest first."""
-    rows = await pool.fetch(
-        """
-        SELECT m.id, m.version, m.user_id, m.agent_id, m.run_id, m.type, m.tags, m.who, m.source_type,
-               m.created_at, m.is_deleted, m.token_count,
-               coalesce(s.total_len::float8 / nullif(s.doc_count, 0), m.token_count) AS avgdl
-        FROM memories m LEFT JOIN bm25_scope_stats s ON s.scope_key = m.scope_key
-        WHERE NOT m.lexical_indexed ORDER BY m.created_at, m.id LIMIT $1
-        """,
-        limit,
-    )
+_TO_INDEX = """
+    SELECT m.id, m.version, m.user_id, m.agent_id, m.run_id, m.type, m.tags, m.who, m.source_type,
+           m.created_at, m.is_deleted, m.token_count, m.scope_key
+    FROM memories m WHERE {which} ORDER BY m.created_at, m.id LIMIT $1
+"""
+
+
+async def to_index(pool: asyncpg.Pool, limit: int, drift: float) -> list[ToIndex]:
+    """Up to `limit` memories whose points to write, oldest first: those the index does not hold
+    yet, then those to reweigh. First rebases their scopes (`rebase`), so every point of a scope
+    is weighed with one average length within `drift` of the scope's own."""
+    rows = await pool.fetch(_TO_INDEX.format(which="NOT m.lexical_indexed"), limit)
+    if len(rows) < limit:
+        rows += await pool.fetch(_TO_INDEX.format(which="m.lexical_reweigh AND m.lexical_indexed"), limit - len(rows))
     if not rows:
         return []
+    avgdl = await rebase(pool, {r["scope_key"] for r in rows}, drift)
     tf: dict[UUID, dict[str, int]] = defaultdict(dict)
     for p in await pool.fetch("SELECT memory_id, term, tf FROM memory_terms WHERE memory_id = ANY($1::uuid[])",
                               [r["id"] for r in rows]):
         tf[p["memory_id"]][p["term"]] = p["tf"]
-    return [ToIndex(r, tf[r["id"]]) for r in rows]
+    return [ToIndex(r, tf[r["id"]], avgdl.get(r["scope_key"]) or float(max(r["token_count"], 1))) for r in rows]
+
+
+async def rebase(pool: asyncpg.Pool, scope_keys: set[str], drift: float) -> dict[str, float]:
+    """The average length each of these scopes' points are weighed with (`lexical_avgdl`).
+
+    A scope without one takes its current average. One whose average has moved more than
+    `drift` (a fraction) away takes the current one, and its points written with the old one are
+    marked to reweigh (`lexical_reweigh`): stored weights then rank a scope's memories as exact
+    BM25 does, up to that drift. Searches still score reweighed memories exactly from their old
+    points meanwhile, since each point keeps what it was weighed with."""
+    rows = await pool.fetch(
+        """
+        WITH moved AS (
+            SELECT s.scope_key, s.lexical_avgdl IS NOT NULL AS had, s.total_len::float8 / s.doc_count AS now
+            FROM bm25_scope_stats s
+            WHERE s.scope_key = ANY($1::text[]) AND s.doc_count > 0
+              AND (s.lexical_avgdl IS NULL OR abs(s.total_len::float8 / s.doc_count / s.lexical_avgdl - 1) > $2)
+            FOR UPDATE
+        ), rebased AS (
+            UPDATE bm25_scope_stats s SET lexical_avgdl = moved.now FROM moved WHERE s.scope_key = moved.scope_key
+        ), reweigh AS (
+            UPDATE memories m SET lexical_reweigh = true FROM moved
+            WHERE moved.had AND m.scope_key = moved.scope_key AND m.lexical_indexed AND NOT m.lexical_reweigh
+        )
+        SELECT s.scope_key, coalesce(moved.now, s.lexical_avgdl) AS avgdl
+        FROM bm25_scope_stats s LEFT JOIN moved USING (scope_key) WHERE s.scope_key = ANY($1::text[])
+        """,
+        list(scope_keys), drift,
+    )
+    return {r["scope_key"]: r["avgdl"] for r in rows if r["avgdl"] is not None}
 
 
 async def register_terms(pool: asyncpg.Pool, terms: set[str]) -> None:
@@ -125,14 +160,15 @@ async def register_terms(pool: asyncpg.Pool, terms: set[str]) -> None:
 
 
 async def mark_indexed(pool: asyncpg.Pool, written: list[tuple[UUID, int]]) -> int:
-    """Record (memory, version) pairs as held by the lexical index. A memory changed since it
-    was read (another version) stays to do. Returns how many were marked."""
+    """Record (memory, version) pairs as held (and weighed) by the lexical index. A memory
+    changed since it was read (another version) stays to do. Returns how many were marked."""
     if not written:
         return 0
     result = await pool.execute(
         """
-        UPDATE memories m SET lexical_indexed = true FROM unnest($1::uuid[], $2::int[]) AS w(id, version)
-        WHERE m.id = w.id AND m.version = w.version AND NOT m.lexical_indexed
+        UPDATE memories m SET lexical_indexed = true, lexical_reweigh = false
+        FROM unnest($1::uuid[], $2::int[]) AS w(id, version)
+        WHERE m.id = w.id AND m.version = w.version AND (NOT m.lexical_indexed OR m.lexical_reweigh)
         """,
         [w[0] for w in written], [w[1] for w in written],
     )

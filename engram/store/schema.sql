@@ -27,6 +27,7 @@ CREATE TABLE bm25_scope_stats (
     doc_count bigint NOT NULL DEFAULT 0,
     total_len bigint NOT NULL DEFAULT 0,
     scope_key text NOT NULL GENERATED ALWAYS AS (engram_scope_key(user_id, agent_id, run_id)) STORED,
+    lexical_avgdl double precision,
     CONSTRAINT bm25_scope_stats_pkey PRIMARY KEY (scope_key)
 );
 CREATE INDEX bm25_scope_stats_agent_idx ON public.bm25_scope_stats USING btree (agent_id);
@@ -136,6 +137,7 @@ CREATE TABLE memories (
     version integer NOT NULL DEFAULT 1,
     scope_key text NOT NULL GENERATED ALWAYS AS (engram_scope_key(user_id, agent_id, run_id)) STORED,
     lexical_indexed boolean NOT NULL DEFAULT false,
+    lexical_reweigh boolean NOT NULL DEFAULT false,
     CONSTRAINT memories_check CHECK (((user_id IS NOT NULL) OR (agent_id IS NOT NULL) OR (run_id IS NOT NULL))),
     CONSTRAINT memories_extraction_status_check CHECK ((extraction_status = ANY (ARRAY['pending'::text, 'unprocessed'::text, 'done'::text, 'skipped'::text, 'failed'::text]))),
     CONSTRAINT memories_pkey PRIMARY KEY (id)
@@ -143,6 +145,7 @@ CREATE TABLE memories (
 CREATE INDEX memories_agent_idx ON public.memories USING btree (agent_id, created_at);
 CREATE INDEX memories_created_at_idx ON public.memories USING btree (created_at, id);
 CREATE INDEX memories_is_deleted_idx ON public.memories USING btree (is_deleted);
+CREATE INDEX memories_lexical_reweigh_idx ON public.memories USING btree (created_at, id) WHERE lexical_reweigh;
 CREATE INDEX memories_lexical_todo_agent_idx ON public.memories USING btree (agent_id) WHERE (NOT lexical_indexed);
 CREATE INDEX memories_lexical_todo_idx ON public.memories USING btree (created_at, id) WHERE (NOT lexical_indexed);
 CREATE INDEX memories_lexical_todo_run_idx ON public.memories USING btree (run_id) WHERE (NOT lexical_indexed);

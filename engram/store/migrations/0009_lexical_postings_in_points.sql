@@ -12,3 +12,12 @@ CREATE TABLE IF NOT EXISTS lexical_terms (
     shared  boolean NOT NULL DEFAULT false
 );
 UPDATE memories SET lexical_indexed = false WHERE lexical_indexed;
+
+-- One average length per scope for its points' weights (lexical_avgdl), moved when the scope's
+-- own average drifts, with the points weighed with the old one marked to rewrite
+-- (lexical_reweigh): the index's order by stored weights then stays that of exact BM25, up to
+-- the drift, however a scope grew. Reweighing does not make a memory unindexed: its old point
+-- still gives its exact score.
+ALTER TABLE bm25_scope_stats ADD COLUMN IF NOT EXISTS lexical_avgdl float8;
+ALTER TABLE memories ADD COLUMN IF NOT EXISTS lexical_reweigh boolean NOT NULL DEFAULT false;
+CREATE INDEX IF NOT EXISTS memories_lexical_reweigh_idx ON memories (created_at, id) WHERE lexical_reweigh;
