@@ -30,7 +30,6 @@ class Candidate:
     access_count: int
     similarity: float | None  # cosine of the canonical embedding to the query; None if not embedded yet
     bm25: float
-    neighbours: tuple[UUID, ...] = ()  # session neighbours, when context expansion asked for them
 
 
 async def dense(index: VectorIndex, query_vector: np.ndarray, scope: Scope, filters: Filters,
@@ -144,9 +143,8 @@ class Bm25:
 
 
 async def rows(conn: asyncpg.Connection, ids: list[UUID], scope: Scope, filters: Filters,
-               query_vector: np.ndarray, model: str, bm25: dict[UUID, float], *, neighbours: bool) -> list[Candidate]:
-    """The candidates that pass scope and filters now, with both raw scores (and their session
-    neighbours if asked)."""
-    found = await repo.candidate_rows(conn, ids, scope, filters, query_vector, model, neighbours=neighbours)
+               query_vector: np.ndarray, model: str, bm25: dict[UUID, float]) -> list[Candidate]:
+    """The candidates that pass scope and filters now, with both raw scores."""
+    found = await repo.candidate_rows(conn, ids, scope, filters, query_vector, model)
     return [Candidate(id=r.id, created_at=r.created_at, access_count=r.access_count, similarity=r.similarity,
-                      bm25=bm25.get(r.id, 0.0), neighbours=r.neighbours) for r in found]
+                      bm25=bm25.get(r.id, 0.0)) for r in found]

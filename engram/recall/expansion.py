@@ -7,15 +7,28 @@ candidates that stage 1 already admitted."""
 
 from __future__ import annotations
 
+import heapq
 from uuid import UUID
 
-from engram.recall.candidates import Candidate
+
+def could_rise(base: dict[UUID, float], fused: dict[UUID, float], weight: float, places: int) -> list[UUID]:
+    """The candidates a lift could put among the best `places` by final score (base + lift): a
+    lift is at most weight × the two best fused scores, so a candidate whose base falls short
+    of the places-th best base by more than that can never get there. Only these need their
+    neighbours looked up."""
+    if weight == 0 or not base:
+        return []
+    ceiling = weight * sum(heapq.nlargest(2, fused.values()))
+    floor = heapq.nlargest(places, base.values())[-1]
+    return [k for k, v in base.items() if v + ceiling >= floor - 1e-9]  # a rounding never hides one
 
 
-def lifts(candidates: list[Candidate], fused: dict[UUID, float], weight: float) -> dict[UUID, float]:
-    """weight × (fused score of the previous turn + of the next turn), per candidate; the
-    neighbours come with the candidates (`candidates.rows(..., neighbours=True)`).
-    A neighbour that is not a candidate contributes 0."""
-    if weight == 0:
-        return {c.id: 0.0 for c in candidates}
-    return {c.id: weight * sum(fused.get(n, 0.0) for n in c.neighbours) for c in candidates}
+def lifts(fused: dict[UUID, float], neighbours: dict[UUID, tuple[UUID, ...]], weight: float) -> dict[UUID, float]:
+    """weight × (fused score of the previous turn + of the next turn), for each candidate in
+    `neighbours`; a neighbour that is not a candidate contributes 0, and a candidate whose
+    neighbours were not looked up gets no lift."""
+    lift = dict.fromkeys(fused, 0.0)
+    if weight:
+        for k, around in neighbours.items():
+            lift[k] = weight * sum(fused.get(n, 0.0) for n in around)
+    return lift

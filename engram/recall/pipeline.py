@@ -89,9 +89,10 @@ class Recall:
         explain = Explain()
         depth = max(s.search_candidates, opts.limit, opts.rerank_top_n if opts.rerank else 0)
         found = await self._candidates(query, scope, filters, depth, explain)
-        ranked = self._first_order(found, explain)
+        wanted = max(opts.limit, opts.rerank_top_n if opts.rerank else 0)
         async with self._pool.acquire() as conn:
-            hits, context = await self._results(conn, ranked, scope, filters, opts, explain)
+            ranked = await self._first_order(conn, found, wanted + SPARE_ROWS, explain)
+            hits, context = await self._results(conn, ranked, wanted, scope, filters, opts, explain)
         warnings: list[str] = []
         if opts.rerank:
             t = time.perf_counter()
@@ -137,16 +138,17 @@ class Recall:
                                       **bm25.timings_ms}
             t = time.perf_counter()
             found = await candidates.rows(conn, list(dict.fromkeys([*dense, *lexical])), scope, filters,
-                                          query_vector, model, lexical, neighbours=s.expansion_weight != 0)
+                                          query_vector, model, lexical)
         explain.stage("fetch", t, candidates=len(found))
         return found
 
-    async def _results(self, conn: asyncpg.Connection, ranked: list[Ranked], scope: Scope, filters: Filters,
-                       opts: RecallOptions, explain: Explain) -> tuple[list[SearchHit], dict[UUID, str]]:
-        """The full rows of the results (and of the rerank's top N), re-checked against scope and
-        filters; and, for the rerank, what each of its top N follows in its session."""
+    async def _results(self, conn: asyncpg.Connection, ranked: list[Ranked], wanted: int, scope: Scope,
+                       filters: Filters, opts: RecallOptions, explain: Explain
+                       ) -> tuple[list[SearchHit], dict[UUID, str]]:
+        """The full rows of the best `wanted` (the results, or the rerank's top N), re-checked
+        against scope and filters; and, for the rerank, what each of its top N follows in its
+        session."""
         t = time.perf_counter()
-        wanted = max(opts.limit, opts.rerank_top_n if opts.rerank else 0)
         # A few spares: a memory deleted since `fetch` is dropped and the next one moves up.
         shown = ranked[:wanted + SPARE_ROWS]
         rows = await repo.rows_in_scope(conn, [r.id for r in shown], scope, filters)
@@ -167,21 +169,26 @@ class Recall:
         dense = await candidates.dense(space.index, query_vector, scope, filters, depth)
         return query_vector, dense, ((t1 - t) * 1e3, (time.perf_counter() - t1) * 1e3)
 
-    def _first_order(self, found: list[candidates.Candidate], explain: Explain) -> list[Ranked]:
-        """Fusion, context expansion and the access boost: every candidate, best first."""
+    async def _first_order(self, conn: asyncpg.Connection, found: list[candidates.Candidate], places: int,
+                           explain: Explain) -> list[Ranked]:
+        """Fusion, context expansion and the access boost: every candidate, best first; the
+        first `places` in their final order (a lift is computed wherever it could change them)."""
         s = self._settings
         t = time.perf_counter()
         fused, vector_norm, bm25_norm = fusion.fuse(found, s.rank_vector_weight, s.rank_bm25_weight)
         t = explain.stage("fusion", t, vector_weight=s.rank_vector_weight, bm25_weight=s.rank_bm25_weight)
-        lift = expansion.lifts(found, fused, s.expansion_weight)
-        explain.stage("expansion", t, weight=s.expansion_weight, lifted=sum(1 for v in lift.values() if v > 0))
-        ranked = []
-        for c in found:
-            access = math.log1p(c.access_count)
-            components = dict(vector=c.similarity or 0.0, bm25=c.bm25, vector_norm=vector_norm[c.id],
-                              bm25_norm=bm25_norm[c.id], fused=fused[c.id], expansion=lift[c.id], access=access)
-            ranked.append(Ranked(c.id, c.created_at, fused[c.id] + lift[c.id] + s.rank_access_weight * access,
-                                 components))
+        access = {c.id: math.log1p(c.access_count) for c in found}
+        base = {c.id: fused[c.id] + s.rank_access_weight * access[c.id] for c in found}
+        rising = expansion.could_rise(base, fused, s.expansion_weight, places)
+        neighbours = await repo.session_neighbours(conn, rising) if rising else {}
+        lift = expansion.lifts(fused, neighbours, s.expansion_weight)
+        explain.stage("expansion", t, weight=s.expansion_weight, looked_up=len(rising),
+                      lifted=sum(1 for v in lift.values() if v > 0))
+        ranked = [Ranked(c.id, c.created_at, fused[c.id] + lift[c.id] + s.rank_access_weight * access[c.id],
+                         dict(vector=c.similarity or 0.0, bm25=c.bm25, vector_norm=vector_norm[c.id],
+                              bm25_norm=bm25_norm[c.id], fused=fused[c.id], expansion=lift[c.id],
+                              access=access[c.id]))
+                  for c in found]
         # Equal scores: earlier memories first (a conversation's order), then by id (a UUID orders
         # as its text does, without making the text).
         ranked.sort(key=lambda r: (-r.score, r.created_at, r.id))
