@@ -31,6 +31,7 @@ from activities.reembed import ReembedActivities
 from activities.remember import RememberActivities
 from engram import lexical_steps
 from engram.domain.errors import ConfigError
+from engram.domain.text import bm25_terms
 from engram.inference.availability import Availability
 from engram.inference.embedder import Embedder
 from engram.inference.embedding_spaces import EmbeddingSpaces, Space
@@ -125,6 +126,9 @@ class Runtime:
             reranker = LLMReranker(providers[0])
         elif reranker is None:
             reranker = await asyncio.to_thread(CrossEncoder.open, ms_marco_files(), threads=settings.embedding_threads)
+        # The BM25 tokenizer builds its Unicode pattern once per process (~0.15 s): here, not in
+        # the first search or remember.
+        await asyncio.to_thread(bm25_terms, "", settings.bm25_stemmer)
         # A worker needs a connected client; a pure API process may start before Temporal.
         client = await _connect_temporal(settings, lazy="worker" not in roles)
         pool = await pool_module.create_pool(settings.postgres_dsn, min_size=settings.postgres_pool_min,
