@@ -94,7 +94,7 @@ async def test_a_memory_is_found_by_bm25_before_the_lexical_index_holds_it(app):
     assert await app.runtime.lexical.count() == len(TEXTS)
     assert set(app.runtime.served_indexes()) == {app.settings.embedding_model, "lexical"}  # what gets optimised
     ready = (await app.http.get("/readyz")).json()["components"]["lexical_index"]
-    assert ready["ok"] and ready["points"] == len(TEXTS) and ready["to_index"] == 0, ready
+    assert ready["ok"] and ready["points"] == len(TEXTS) and ready["to_index"] == ready["to_reweigh"] == 0, ready
 
 
 async def test_a_growing_scope_keeps_every_point_weighed_with_one_average_length_near_its_own(app):
@@ -105,6 +105,7 @@ async def test_a_growing_scope_keeps_every_point_weighed_with_one_average_length
             enumerate(TEXTS * 3)]
     await _bulk(app, scope, long)  # the average grows tenfold: the first points are reweighed
     await _wait_indexed(app)
+    assert (await app.http.get("/readyz")).json()["components"]["lexical_index"]["to_reweigh"] == 0
     s = app.settings
     current = await app.pool.fetchval(
         "SELECT total_len::float8 / doc_count FROM bm25_scope_stats WHERE user_id = 'growing' AND agent_id IS NULL")

@@ -272,12 +272,15 @@ class Runtime:
         return state
 
     async def _check_lexical(self) -> dict:
-        """The lexical index's points and the memories it does not hold yet (search scores those
-        in Postgres meanwhile, so a backlog slows BM25 but never hides a memory)."""
+        """The lexical index's points, the memories it does not hold yet (search scores those in
+        Postgres meanwhile, so a backlog slows BM25 but never hides a memory), and the points
+        waiting to be reweighed (their scope's average length moved)."""
         if self.lexical is None:
             return {"ok": True, "detail": "not used by this process"}
-        points, to_index = await asyncio.gather(self.lexical.count(), lexical_index.to_index_count(self.pool))
-        return {"ok": True, "detail": f"{self.lexical.name}", "points": points, "to_index": to_index}
+        points, (to_index, to_reweigh) = await asyncio.gather(self.lexical.count(),
+                                                              lexical_index.to_index_counts(self.pool))
+        return {"ok": True, "detail": f"{self.lexical.name}", "points": points, "to_index": to_index,
+                "to_reweigh": to_reweigh}
 
     async def _pipeline_state(self) -> dict:
         """The write queue and the parked extractions, and why they are parked; never blocks readiness."""

@@ -181,8 +181,11 @@ async def reset_indexed(pool: asyncpg.Pool) -> int:
     return int(result.split()[-1])
 
 
-async def to_index_count(pool: asyncpg.Pool) -> int:
-    return await pool.fetchval("SELECT count(*) FROM memories WHERE NOT lexical_indexed")
+async def to_index_counts(pool: asyncpg.Pool) -> tuple[int, int]:
+    """(memories the index does not hold yet, points to reweigh)."""
+    row = await pool.fetchrow("SELECT (SELECT count(*) FROM memories WHERE NOT lexical_indexed) AS to_index, "
+                              "(SELECT count(*) FROM memories WHERE lexical_reweigh) AS to_reweigh")
+    return row["to_index"], row["to_reweigh"]
 
 
 async def any_indexed(pool: asyncpg.Pool) -> bool:
