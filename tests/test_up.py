@@ -94,3 +94,36 @@ def test_up_killed_outright_takes_its_servers_with_it_and_restarts(engram):
         assert not _alive(pid), f"orphaned: {child}"
     with engram.client() as http:
         assert http.get(f"/api/memory/{answer['memory_id']}").json()["content"] == "Petra runs a bakery"
+
+
+def test_a_new_temporal_waits_for_the_one_a_killed_engram_left_on_its_data(tmp_path):
+    """That server lets go of its SQLite file only after it has closed its port; a new one that
+    finds the file locked exits (SQLITE_BUSY: CI saw it restart after a SIGKILL under load)."""
+    import sys
+    import time
+
+    from worker.embedded import EmbeddedTemporal
+
+    temporal = EmbeddedTemporal(tmp_path / "temporal", free_port(), free_port(), headless=True)
+    temporal.data_dir.mkdir(parents=True)
+    db = str(temporal.data_dir / "temporal.db")
+    # A stand-in for the predecessor: a process with our database on its command line, still
+    # shutting down for a second.
+    leaving = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)", db])
+    (temporal.data_dir / "temporal.pid").write_text(str(leaving.pid))
+    started = time.monotonic()
+    temporal.start()
+    try:
+        assert leaving.poll() is not None and time.monotonic() - started >= 1.4
+        assert (temporal.data_dir / "temporal.pid").read_text() == str(temporal.proc.pid)
+    finally:
+        temporal.stop()
+    # A pid that now belongs to something else is not waited for (nor killed).
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    (temporal.data_dir / "temporal.pid").write_text(str(other.pid))
+    try:
+        temporal.start()
+        assert _alive(other.pid)
+    finally:
+        temporal.stop()
+        other.kill()

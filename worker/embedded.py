@@ -9,6 +9,7 @@ killed, the kernel sends each child SIGTERM (parent-death signal).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import logging
 import os
@@ -46,6 +47,14 @@ _LIBC = ctypes.CDLL("libc.so.6", use_errno=True)
 def _die_with_parent(sig: int = signal.SIGTERM) -> None:
     """In the child: get `sig` when `engram up` dies, even by SIGKILL, so no server outlives it."""
     _LIBC.prctl(_PR_SET_PDEATHSIG, sig)
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie has exited and holds nothing)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _port_in_use(port: int) -> bool:
@@ -204,11 +213,35 @@ class EmbeddedTemporal:
                 # answer ~250 ms. Raised, the same remember answers in ~80-120 ms.
                 "--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000"]
         args += ["--headless"] if self.headless else ["--ui-port", str(self.ui_port), "--ui-disable-news-fetch"]
+        self._outlive_predecessor()
         wait_until_free(self.port)
         log_file = open(self.data_dir / "temporal.log", "ab")
         self.proc = subprocess.Popen(args, stdout=log_file, stderr=log_file, start_new_session=True,
                                      preexec_fn=_die_with_parent)
+        self._pidfile().write_text(str(self.proc.pid))
         wait_for_port("127.0.0.1", self.port, timeout_s, self.proc)
+
+    def _pidfile(self) -> Path:
+        return self.data_dir / "temporal.pid"
+
+    def _outlive_predecessor(self, timeout_s: float = 20) -> None:
+        """The server a killed `engram up` left on this data directory: it shuts down when its
+        parent dies, but closes its port before it lets go of the SQLite file, and a new server
+        finding the file locked exits (SQLITE_BUSY). Wait for it to go; past `timeout_s`, kill it."""
+        try:
+            pid = int(self._pidfile().read_text())
+            ours = str(self.data_dir / "temporal.db").encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            return  # no pidfile, or that process is gone
+        if not ours:
+            return  # the pid was reused by something else
+        deadline = time.monotonic() + timeout_s
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _running(pid):
+            log.warning("the previous Temporal dev server did not exit: killing it", extra={"pid": pid})
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def stop(self, timeout_s: float = 20) -> None:
         _stop(self.proc, signal.SIGTERM, timeout_s)
