@@ -101,6 +101,7 @@ def test_a_new_temporal_waits_for_the_one_a_killed_engram_left_on_its_data(tmp_p
     finds the file locked exits (SQLITE_BUSY: CI saw it restart after a SIGKILL under load)."""
     import sys
     import time
+    from pathlib import Path
 
     from worker.embedded import EmbeddedTemporal
 
@@ -110,6 +111,8 @@ def test_a_new_temporal_waits_for_the_one_a_killed_engram_left_on_its_data(tmp_p
     # A stand-in for the predecessor: a process with our database on its command line, still
     # shutting down for a second.
     leaving = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)", db])
+    while db.encode() not in Path(f"/proc/{leaving.pid}/cmdline").read_bytes():
+        time.sleep(0.01)  # until its exec is done: a real predecessor has long been running
     (temporal.data_dir / "temporal.pid").write_text(str(leaving.pid))
     started = time.monotonic()
     temporal.start()
