@@ -154,7 +154,8 @@ def term_frequencies(text: str, stemmer: str = "english") -> tuple[Counter[str],
 # -- the lexical index's sparse vectors ---------------------------------------------------------
 # Okapi BM25 splits into a query side and a document side: score(q, d) = Σ idf(t) · w(t, d), with
 # w(t, d) = tf·(k1+1) / (tf + k1·(1 − b + b·|d|/avgdl)). A memory's sparse vector holds its w by
-# term id, its scope's avgdl taken when it is indexed; a query's holds the idf. Their dot product
+# term id, with its scope's `lexical_avgdl` (engram.store.lexical_index.rebase); a query's holds
+# the idf. Their dot product
 # is BM25 while avgdl holds, and picks the candidates. Three reserved dimensions, which no query
 # holds, keep what was used to compute the w (|d|, k1·(1 − b + b·|d|/avgdl) and k1), so each
 # term's tf, and with it the memory's exact score under today's statistics, is recovered from
@@ -173,10 +174,15 @@ def term_id(term: str) -> int:
     return h if h >= _RESERVED else h + _RESERVED
 
 
+def _length_norm(length: float, avgdl: float, k1: float, b: float) -> float:
+    """k1·(1 − b + b·|d|/avgdl), as Postgres computes it (memories.bm25_scores)."""
+    return k1 * (1 - b + b * length / max(avgdl, 1.0))
+
+
 def bm25_document_vector(tf: dict[str, int], length: int, avgdl: float, *, k1: float, b: float) -> dict[int, float]:
     """A memory's sparse vector: each term's saturated, length-normalised frequency, and the
     reserved dimensions."""
-    norm = k1 * (1 - b + b * length / max(avgdl, 1.0))
+    norm = _length_norm(length, avgdl, k1, b)
     vector: dict[int, float] = {LENGTH_DIM: float(length), NORM_DIM: norm, K1_DIM: k1}
     for term, count in tf.items():
         key = term_id(term)
@@ -188,14 +194,14 @@ def bm25_score(vector: dict[int, float], query: dict[int, float], avgdl: float, 
                ) -> float | None:
     """Okapi BM25 of a memory, from its sparse vector as the index returns it (float32 values),
     for a query's sparse vector (`bm25_query_vector`: no two of its terms sharing an id) and its
-    scopes' `avgdl`: the score
-    engram.store.memories.bm25_scores gives it, term by term the same arithmetic (a sum may
-    differ in the last bit: the order differs). None for a vector without the reserved
+    scopes' `avgdl`: the score engram.store.memories.bm25_scores gives it, term by term the same
+    arithmetic (a sum may differ in the last bit: the order differs). None for a vector without the reserved
     dimensions (written by an earlier release), or where a term's frequency does not come back
     as a whole number (a frequency in the thousands, where float32 runs out of precision)."""
     if NORM_DIM not in vector:
         return None
-    length, indexed_norm, indexed_k1 = vector[LENGTH_DIM], vector[NORM_DIM], vector[K1_DIM]
+    indexed_norm, indexed_k1 = vector[NORM_DIM], vector[K1_DIM]
+    norm = _length_norm(vector[LENGTH_DIM], avgdl, k1, b)
     score = 0.0
     for key, weight in query.items():
         w = vector.get(key)
@@ -204,7 +210,7 @@ def bm25_score(vector: dict[int, float], query: dict[int, float], avgdl: float, 
             tf = round(estimate)
             if tf < 1 or abs(estimate - tf) > 0.01:
                 return None
-            score += weight * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / max(avgdl, 1.0)))
+            score += weight * tf * (k1 + 1) / (tf + norm)
     return score
 
 

@@ -49,11 +49,11 @@ class Bm25:
 
     With the lexical `index`, the top is found without reading every posting of the scope: the
     index's best depth·OVERFETCH by its stored weights, plus the scope's memories it does not hold
-    yet, are scored exactly and the best `depth` kept. Stored weights use the avgdl of when a
-    memory was indexed, so they differ from exact scores by a few percent and only reorder the
-    margin; the extra quarter covers it. An indexed memory is
-    scored from the vector the index returns (engram.domain.text.bm25_score), one the index
-    does not hold yet by Postgres from its postings. A memory changed since the statistics were
+    yet, are scored exactly and the best `depth` kept. Stored weights use their scope's
+    `lexical_avgdl`, within 5% of its average length, so they only reorder the margin; the extra
+    quarter covers it. An indexed memory is scored from the vector the index returns
+    (engram.domain.text.bm25_score), one the index does not hold yet by Postgres from its
+    postings. A memory changed since the statistics were
     read is scored as one of its versions, never a mix. Without the index, every posting of the
     query's terms in the scope is aggregated."""
 
@@ -63,6 +63,8 @@ class Bm25:
         self._k1, self._b = settings.bm25_k1, settings.bm25_b
         self._scope, self._filters, self._index = scope, filters, index
         self._stats: lexical_index.QueryStats | None = None
+        self._query: dict[int, float] = {}  # the sparse query vector, from the statistics
+        self._unindexed: set[UUID] = set()
         self._scores: dict[UUID, float] = {}  # every exact score so far, including those outside the top
         self.timings_ms: dict[str, float] = {}  # statistics, index queries, Postgres's scores: for explain
 
@@ -91,7 +93,7 @@ class Bm25:
         missing = [i for i in ids if i not in self._scores]
         if missing:
             if self._index is None:
-                self._scores |= await self._postgres(conn, missing)
+                await self._score_in_postgres(conn, missing)
             else:
                 await self._score_from_index(conn, len(missing), missing)
         return {i: self._scores[i] for i in ids if i in self._scores}
@@ -103,13 +105,12 @@ class Bm25:
         a term id that stands for two terms."""
         stats = self._stats
         started = time.perf_counter()
-        query = bm25_query_vector(stats.idf)
-        hits = await self._index.search(query, self._scope, self._filters, limit, ids=ids, with_vectors=True)
-        unindexed, in_postgres = set(stats.unindexed), []
+        hits = await self._index.search(self._query, self._scope, self._filters, limit, ids=ids, with_vectors=True)
+        in_postgres = []
         for hit in hits:
-            if hit.id in unindexed:
+            if hit.id in self._unindexed:
                 continue
-            score = None if stats.shared_term_id else bm25_score(hit.vector, query, stats.avgdl,
+            score = None if stats.shared_term_id else bm25_score(hit.vector, self._query, stats.avgdl,
                                                                   k1=self._k1, b=self._b)
             if score is None:
                 in_postgres.append(hit.id)
@@ -119,23 +120,21 @@ class Bm25:
         await self._score_in_postgres(conn, in_postgres)
 
     async def _score_in_postgres(self, conn: asyncpg.Connection, ids: list[UUID]) -> None:
+        """Postgres's scores, from the postings, of those of `ids` not scored yet."""
         todo = [i for i in ids if i not in self._scores]
         if todo:
-            self._scores |= await self._postgres(conn, todo)
+            started = time.perf_counter()
+            self._scores |= await lexical_index.exact_scores(conn, self._scope, self._filters, self._stats, todo,
+                                                             k1=self._k1, b=self._b)
+            self._time("postgres", started)
 
     async def _read_stats(self, conn: asyncpg.Connection) -> lexical_index.QueryStats:
         if self._stats is None:
             started = time.perf_counter()
             self._stats = await lexical_index.query_stats(conn, self._scope, self._filters, self._terms)
+            self._query, self._unindexed = bm25_query_vector(self._stats.idf), set(self._stats.unindexed)
             self._time("stats", started)
         return self._stats
-
-    async def _postgres(self, conn: asyncpg.Connection, ids: list[UUID]) -> dict[UUID, float]:
-        started = time.perf_counter()
-        scores = await lexical_index.exact_scores(conn, self._scope, self._filters, self._stats, ids,
-                                                  k1=self._k1, b=self._b)
-        self._time("postgres", started)
-        return scores
 
     def _time(self, step: str, started: float) -> None:
         key = f"{step}_ms"
