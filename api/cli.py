@@ -13,6 +13,8 @@ from pathlib import Path
 
 import httpx
 
+from engram.domain.auth import ROLES
+
 
 def _key() -> str:
     key = os.environ.get("ENGRAM_API_KEY")
@@ -25,8 +27,9 @@ def _key() -> str:
 
 
 def _client() -> httpx.Client:
+    # X-Engram-Client: history records that a change came by the CLI.
     return httpx.Client(base_url=os.environ.get("ENGRAM_URL", "http://127.0.0.1:8080"),
-                        headers={"Authorization": f"Bearer {_key()}"}, timeout=60)
+                        headers={"Authorization": f"Bearer {_key()}", "X-Engram-Client": "cli"}, timeout=60)
 
 
 def _call(method: str, path: str, **kwargs) -> dict:
@@ -88,6 +91,72 @@ def cmd_search(args) -> None:
 
 def cmd_get(args) -> None:
     _print(_call("GET", f"/api/memory/{args.memory_id}"))
+
+
+def cmd_modify(args) -> None:
+    body = {"reason": args.reason}
+    for name in ("content", "type", "importance"):
+        if getattr(args, name) is not None:
+            body[name] = getattr(args, name)
+    if args.tag is not None:
+        body["tags"] = args.tag
+    if args.pinned is not None:
+        body["pinned"] = args.pinned
+    if args.if_version is not None:
+        body["if_version"] = args.if_version
+    _print(_call("PATCH", f"/api/memory/{args.memory_id}", json=body))
+
+
+def cmd_forget(args) -> None:
+    """Soft-delete one memory, after the user types its id back: a yes/no is too easy to give
+    by habit. `--confirm <id>` is the same answer for scripts."""
+    with _client() as client:
+        memory = _request(client, "GET", f"/api/memory/{args.memory_id}")
+        answer = args.confirm
+        if answer is None:
+            pinned = " (PINNED: needs --force, operators only)" if memory.get("pinned") else ""
+            print(f"about to forget {memory['id']}{pinned}:\n  {memory['content'][:200]}", file=sys.stderr)
+            try:
+                answer = input("type the memory's id to confirm: ").strip()
+            except EOFError:
+                answer = ""
+        if answer != memory["id"]:
+            sys.exit("engram: not confirmed: nothing was deleted")
+        params = {"reason": args.reason, "force": str(args.force).lower()}
+        if args.if_version is not None:
+            params["if_version"] = args.if_version
+        _print(_request(client, "DELETE", f"/api/memory/{args.memory_id}", params=params))
+
+
+def cmd_recover(args) -> None:
+    _print(_call("POST", f"/api/memory/{args.memory_id}/recover", json={"reason": args.reason}))
+
+
+def cmd_rollback(args) -> None:
+    _print(_call("POST", f"/api/memory/{args.memory_id}/rollback", json={"version": args.version,
+                                                                        "reason": args.reason}))
+
+
+def cmd_confirm(args) -> None:
+    _print(_call("POST", f"/api/memory/{args.memory_id}/confirm", json={"reason": args.reason}))
+
+
+def cmd_history(args) -> None:
+    body = _call("GET", f"/api/memory/{args.memory_id}/history")
+    if args.json:
+        _print(body)
+        return
+    for e in body["events"]:
+        what = e["reason"] or e["decision_reason"] or ""
+        print(f"v{e['version']:<4} {e['event']:<10} {e['created_at'][:19]}  {e['actor_id']} ({e['actor_type']}, "
+              f"{e['path'] or '-'})  {what}")
+
+
+def cmd_verify(args) -> None:
+    report = _call("GET", "/api/admin/verify")
+    _print(report)
+    if not report["ok"]:
+        sys.exit(1)
 
 
 def progress_bar(progress: dict, width: int = 30) -> str:
@@ -230,6 +299,50 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("memory_id")
     p.set_defaults(func=cmd_get)
 
+    p = sub.add_parser("modify", help="change a memory's content or labels, with a reason")
+    p.add_argument("memory_id")
+    p.add_argument("--reason", required=True)
+    p.add_argument("--content")
+    p.add_argument("--type")
+    p.add_argument("--tag", action="append", help="the new tags (repeat); replaces the old ones")
+    p.add_argument("--importance", type=float)
+    p.add_argument("--pin", dest="pinned", action="store_const", const=True)
+    p.add_argument("--unpin", dest="pinned", action="store_const", const=False)
+    p.add_argument("--if-version", type=int, help="change only if the memory is at this version")
+    p.set_defaults(func=cmd_modify)
+
+    p = sub.add_parser("forget", help="soft-delete a memory (recoverable); asks you to type its id back")
+    p.add_argument("memory_id")
+    p.add_argument("--reason", required=True)
+    p.add_argument("--force", action="store_true", help="a pinned memory (operators only)")
+    p.add_argument("--if-version", type=int)
+    p.add_argument("--confirm", metavar="MEMORY_ID", help="the memory's id again, instead of typing it")
+    p.set_defaults(func=cmd_forget)
+
+    p = sub.add_parser("recover", help="bring back a deleted memory within its recovery window")
+    p.add_argument("memory_id")
+    p.add_argument("--reason", required=True)
+    p.set_defaults(func=cmd_recover)
+
+    p = sub.add_parser("rollback", help="write a new version equal to an earlier one")
+    p.add_argument("memory_id")
+    p.add_argument("--version", type=int, required=True)
+    p.add_argument("--reason", required=True)
+    p.set_defaults(func=cmd_rollback)
+
+    p = sub.add_parser("confirm", help="accept a quarantined memory's row as it is (operators)")
+    p.add_argument("memory_id")
+    p.add_argument("--reason", required=True)
+    p.set_defaults(func=cmd_confirm)
+
+    p = sub.add_parser("history", help="a memory's history: every version, who, why, by which way")
+    p.add_argument("memory_id")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_history)
+
+    p = sub.add_parser("verify", help="check every hash chain; exits 1 if one is broken (operators)")
+    p.set_defaults(func=cmd_verify)
+
     p = sub.add_parser("jobs", help="show a job: state, attempts, next retry, last error")
     p.add_argument("job_id")
     p.add_argument("--watch", action="store_true", help="poll until the job is done or dead")
@@ -248,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     keys = sub.add_parser("keys", help="API keys").add_subparsers(dest="keys_command", required=True)
     p = keys.add_parser("create", help="create an API key (admin)")
     p.add_argument("name")
-    p.add_argument("--role", choices=["reader", "writer", "admin"], required=True)
+    p.add_argument("--role", choices=list(ROLES), required=True)
     p.add_argument("--scope", action="append", required=True, help="'*', 'user:<id>', 'agent:<id>', 'run:<id>'")
     p.set_defaults(func=cmd_keys_create)
     p = keys.add_parser("list", help="every key, revoked ones too, never a secret (admin)")

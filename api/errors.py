@@ -10,6 +10,7 @@ from starlette.responses import JSONResponse
 class ErrorDetail(BaseModel):
     type: str
     detail: str
+    current_version: int | None = None  # a version conflict's: the memory's version now
 
 
 class ErrorBody(BaseModel):
@@ -18,5 +19,7 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
-def error_body(status: int, type_: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": {"type": type_, "detail": detail}}, headers=headers)
+def error_body(status: int, type_: str, detail: str, headers: dict[str, str] | None = None, **extra) -> JSONResponse:
+    """The error response; `extra` adds fields beside type and detail (ErrorDetail lists them)."""
+    return JSONResponse(status_code=status, content={"error": {"type": type_, "detail": detail, **extra}},
+                        headers=headers)

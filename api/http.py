@@ -10,11 +10,12 @@ enforced limits.
 from __future__ import annotations
 
 import logging
+import math
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
@@ -26,7 +27,11 @@ from api.body_limit import BodyLimit
 from api.errors import ErrorBody, error_body
 from api.request_context import RequestContext
 from engram.domain.auth import Principal
-from engram.domain.errors import DatabaseUnavailable, EngramError
+from engram.domain.changes import (
+    MAX_VERSION, ChangeContext, ConfirmRequest, MemoryHistory, MemoryPatch, ModifyBatchRequest, ModifyBatchResponse,
+    Reason, RecoverRequest, RollbackRequest, VerifyReport,
+)
+from engram.domain.errors import DatabaseUnavailable, EngramError, RateLimited, VersionConflict
 from engram.domain.models import (
     MAX_LIMIT, ApiKey, CreatedKey, Job, KeyList, KeyRequest, Memory, MemoryPage, RememberBatchRequest,
     RememberBatchResponse, RememberRequest, RememberResponse, Scope, ScopeId, SearchFilters, SearchRequest,
@@ -46,9 +51,13 @@ _MEANING = {
     401: "No API key, or an unknown or revoked one.",
     403: "The key's role or scope grants do not allow this.",
     404: "No such resource, or one in a scope the key may not see.",
-    409: "Conflicts with what is stored (a reused idempotency key, a taken key name, the last admin key).",
+    409: ("Conflicts with what is stored: a reused idempotency key, a taken key name, the last admin key, a "
+          "version other than if_version (`version_conflict`, with `current_version`), a pinned memory "
+          "(`pinned`), a person's lock (`manual_override`), a deleted or quarantined memory."),
+    410: "The memory was deleted longer ago than its recovery window.",
     413: f"The request body is over {MAX_BODY_BYTES} bytes.",
     422: "The request is not valid: malformed JSON, a wrong type, a value out of bounds.",
+    429: "Too many changes from this key: retry after `Retry-After` seconds.",
     503: "A component the request needs is unavailable (the database, the embedding model); retry later.",
 }
 
@@ -80,6 +89,24 @@ def _allowed_methods(app: FastAPI, request: Request) -> list[str]:
 
 def service(request: Request):
     return request.app.state.runtime.service
+
+
+def changes(request: Request):
+    return request.app.state.runtime.changes
+
+
+def _change_context(
+    request: Request,
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", min_length=1, max_length=200,
+                                                  description="A replay returns the first answer")] = None,
+    client: Annotated[Literal["cli", "agent", "mcp"],
+                      Header(alias="X-Engram-Client", description="The client the request came by, for history's "
+                                                                  "`path` (absent: `http`)")] = None,
+) -> ChangeContext:
+    return ChangeContext(path=client or "http", request_id=request.state.request_id, idempotency_key=idempotency_key)
+
+
+Context = Annotated[ChangeContext, Depends(_change_context)]
 
 
 _bearer = HTTPBearer(auto_error=False, description="An Engram API key: `Authorization: Bearer <key>`.")
@@ -115,7 +142,10 @@ def create_app(runtime_factory) -> FastAPI:
     @app.exception_handler(EngramError)
     async def _domain(_: Request, exc: EngramError):
         headers = {"Retry-After": "1"} if isinstance(exc, DatabaseUnavailable) else None
-        return error_body(exc.http_status, exc.type, exc.detail, headers=headers)
+        if isinstance(exc, RateLimited):
+            headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))}
+        extra = {"current_version": exc.current_version} if isinstance(exc, VersionConflict) else {}
+        return error_body(exc.http_status, exc.type, exc.detail, headers=headers, **extra)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError):
@@ -153,15 +183,18 @@ def create_app(runtime_factory) -> FastAPI:
         return JSONResponse(status_code=200 if ready else 503, content={"ready": ready, "components": state})
 
     @app.post("/api/memory/remember", response_model=RememberResponse, responses=_errors(401, 403, 409, 413, 422, 503))
-    async def remember(body: RememberRequest, request: Request, caller: Caller):
-        return await service(request).remember(caller, body, request_id=request.state.request_id)
+    async def remember(body: RememberRequest, request: Request, caller: Caller, ctx: Context):
+        if ctx.idempotency_key and body.idempotency_key is None:  # the header serves as the body's field
+            body = body.model_copy(update={"idempotency_key": ctx.idempotency_key})
+        return await service(request).remember(caller, body, request_id=request.state.request_id, path=ctx.path)
 
     @app.post("/api/memory/remember/batch", response_model=RememberBatchResponse,
               responses=_errors(401, 403, 413, 422, 503))
-    async def remember_batch(body: RememberBatchRequest, request: Request, caller: Caller):
+    async def remember_batch(body: RememberBatchRequest, request: Request, caller: Caller, ctx: Context):
         """Remember up to ENGRAM_REMEMBER_BATCH_MAX items at once: each is stored, or answered
         with its own error, and processed later (poll the returned import job for progress)."""
-        return await service(request).remember_batch(caller, body.items, request_id=request.state.request_id)
+        return await service(request).remember_batch(caller, body.items, request_id=request.state.request_id,
+                                                     path=ctx.path)
 
     @app.post("/api/memory/search", response_model=SearchResponse, responses=_errors(401, 403, 413, 422, 503))
     async def search(body: SearchRequest, request: Request, caller: Caller):
@@ -187,6 +220,7 @@ def create_app(runtime_factory) -> FastAPI:
         source_type: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
         time: Annotated[str | None, Query(min_length=1, max_length=100)] = None,
         include_deleted: bool = False,
+        status: Literal["active", "superseded", "deleted", "quarantined"] | None = None,
         cursor: Annotated[str | None, Query(min_length=1, max_length=500)] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 20,
     ):
@@ -196,7 +230,56 @@ def create_app(runtime_factory) -> FastAPI:
         except ValidationError as exc:  # the parameters' models: name them as query parameters
             raise RequestValidationError([{**e, "loc": ("query", *e["loc"])} for e in exc.errors()]) from None
         return await service(request).list(caller, scope, filters, include_deleted=include_deleted,
-                                           cursor=cursor, limit=limit)
+                                           cursor=cursor, limit=limit, status=status)
+
+    @app.patch("/api/memory/{memory_id:uuid}", response_model=Memory,
+               responses=_errors(401, 403, 404, 409, 413, 422, 429, 503))
+    async def modify(memory_id: UUID, body: MemoryPatch, request: Request, caller: Caller, ctx: Context):
+        """Change some of a memory's fields, with a reason; `if_version` makes it conditional."""
+        return await changes(request).modify(caller, memory_id, body, ctx)
+
+    @app.delete("/api/memory/{memory_id:uuid}", response_model=Memory,
+                responses=_errors(401, 403, 404, 409, 422, 429, 503))
+    async def forget(memory_id: UUID, request: Request, caller: Caller, ctx: Context,
+                     reason: Annotated[Reason, Query()], force: bool = False,
+                     if_version: Annotated[int | None, Query(ge=1, le=MAX_VERSION)] = None):
+        """Soft-delete a memory (recoverable within the tombstone window). A pinned memory needs
+        `force=true`, which only operators may send."""
+        return await changes(request).forget(caller, memory_id, reason=reason, force=force, if_version=if_version,
+                                             ctx=ctx)
+
+    @app.post("/api/memory/{memory_id:uuid}/recover", response_model=Memory,
+              responses=_errors(401, 403, 404, 409, 410, 413, 422, 429, 503))
+    async def recover(memory_id: UUID, body: RecoverRequest, request: Request, caller: Caller, ctx: Context):
+        return await changes(request).recover(caller, memory_id, body, ctx)
+
+    @app.post("/api/memory/{memory_id:uuid}/rollback", response_model=Memory,
+              responses=_errors(401, 403, 404, 409, 413, 422, 429, 503))
+    async def rollback(memory_id: UUID, body: RollbackRequest, request: Request, caller: Caller, ctx: Context):
+        """Write a new version equal to an earlier one."""
+        return await changes(request).rollback(caller, memory_id, body, ctx)
+
+    @app.post("/api/memory/{memory_id:uuid}/confirm", response_model=Memory,
+              responses=_errors(401, 403, 404, 409, 413, 422, 503))
+    async def confirm(memory_id: UUID, body: ConfirmRequest, request: Request, caller: Caller, ctx: Context):
+        """Operators: accept a quarantined memory's row as it is now."""
+        return await changes(request).confirm(caller, memory_id, body, ctx)
+
+    @app.get("/api/memory/{memory_id:uuid}/history", response_model=MemoryHistory,
+             responses=_errors(401, 404, 422, 503))
+    async def memory_history(memory_id: UUID, request: Request, caller: Caller):
+        return await changes(request).history(caller, memory_id)
+
+    @app.post("/api/memory/modify", response_model=ModifyBatchResponse,
+              responses=_errors(401, 403, 409, 413, 422, 503))
+    async def modify_batch(body: ModifyBatchRequest, request: Request, caller: Caller, ctx: Context):
+        """Apply a batch of patches (each with its memory's `id`), each on its own."""
+        return await changes(request).modify_batch(caller, body.items, ctx)
+
+    @app.get("/api/admin/verify", response_model=VerifyReport, responses=_errors(401, 403, 503))
+    async def verify(request: Request, caller: Caller):
+        """Operators: check every memory's and every scope's hash chain."""
+        return await changes(request).verify(caller)
 
     @app.post("/api/keys", status_code=201, response_model=CreatedKey, responses=_errors(401, 403, 409, 413, 422, 503))
     async def create_key(body: KeyRequest, request: Request, caller: Caller):

@@ -162,15 +162,10 @@ async def _extract_one(pool: asyncpg.Pool, availability: Availability, job: jobs
             if not await jobs.finish_many(conn, [job.id], status="done", from_status=from_status, owner=owner):
                 return  # another run of this step finished it
             await jobs.publish_first_pass(conn, [job.id], "processed")
-            version = await repo.record_extraction(
+            await repo.record_extraction(
                 conn, job.memory_id, status="done", extracted=found.model_dump(mode="json"), model=found.model,
-                category=found.category, actor=PIPELINE_ACTOR,
-            )
-            await repo.insert_history(
-                conn, memory_id=job.memory_id, event="UPDATE", version=version, actor_type="system",
-                actor_id=PIPELINE_ACTOR, new_metadata={"extracted": found.model_dump(mode="json")},
-                provider=found.provider, model=found.model, prompt_version=found.prompt_version, reason="extraction",
-                request_id=request_id,
+                category=found.category, actor=PIPELINE_ACTOR, provider=found.provider,
+                prompt_version=found.prompt_version, request_id=request_id,
             )
     settled.done += 1
 

@@ -5,7 +5,7 @@ recovers exact scores from it (engram.domain.text.bm25_score).
 
 `index_pending` writes the points of memories not yet held (the `lexical_indexed` outbox) and
 marks them; `settle` finds a new, empty index beside memories marked as held and marks them all
-to do again, so the same loop rebuilds it. Both are idempotent; worker/lexical.py runs them in
+to do again, so the same loop rebuilds it. Both are idempotent; worker/index_sync.py runs them in
 the process that owns the index.
 """
 

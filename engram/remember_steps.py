@@ -123,14 +123,10 @@ async def complete(pool: asyncpg.Pool, job_id: UUID, memory_id: UUID, found: Ext
             if found is None:
                 await repo.set_extraction_status(conn, memory_id, "skipped")
                 return
-            version = await repo.record_extraction(
+            await repo.record_extraction(
                 conn, memory_id, status="done", extracted=found.extraction, model=found.model,
-                category=found.category, actor=PIPELINE_ACTOR,
-            )
-            await repo.insert_history(
-                conn, memory_id=memory_id, event="UPDATE", version=version, actor_type="system",
-                actor_id=PIPELINE_ACTOR, new_metadata={"extracted": found.extraction}, provider=found.provider,
-                model=found.model, prompt_version=found.prompt_version, reason="extraction", request_id=request_id,
+                category=found.category, actor=PIPELINE_ACTOR, provider=found.provider,
+                prompt_version=found.prompt_version, request_id=request_id,
             )
 
 

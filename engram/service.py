@@ -29,6 +29,7 @@ from engram.domain.models import (
 )
 from engram.domain.text import content_hash, normalize
 from engram.inference.availability import Availability
+from engram.integrity import Integrity
 from engram.recall.pipeline import Recall, RecallOptions
 from engram.settings import Settings
 from engram.store import idempotency, jobs, keys
@@ -75,13 +76,14 @@ class _Written:
 
 class MemoryService:
     def __init__(self, settings: Settings, pool: asyncpg.Pool, recall: Recall, pipeline: Pipeline,
-                 availability: Availability,
+                 availability: Availability, integrity: Integrity,
                  clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
         self._settings = settings
         self._pool = pool
         self._recall = recall
         self._pipeline = pipeline
         self._availability = availability
+        self._integrity = integrity
         self._clock = clock
         self._background: set[asyncio.Task] = set()
         self._queue_state = (float("-inf"), (0, 0.0))  # (when read, (jobs waiting for a batch, oldest's wait))
@@ -161,7 +163,7 @@ class MemoryService:
 
     @_speaks_domain_errors
     async def remember(self, principal: auth.Principal, req: RememberRequest, *,
-                       request_id: str | None = None) -> RememberResponse:
+                       request_id: str | None = None, path: str = "http") -> RememberResponse:
         """Save the memory durably and answer as `req.mode` asks.
 
         The raw memory, its ADD history event and its job are written in one transaction, and
@@ -178,7 +180,7 @@ class MemoryService:
         down = None if req.raw else await self._availability.chain_down()
         async with self._pool.acquire() as conn:
             async with conn.transaction():
-                written = await self._write(conn, principal, req, request_id, raw_saved=down is not None)
+                written = await self._write(conn, principal, req, request_id, raw_saved=down is not None, path=path)
         if isinstance(written, RememberResponse):
             return written
         if written.duplicate:
@@ -193,7 +195,7 @@ class MemoryService:
 
     @_speaks_domain_errors
     async def remember_batch(self, principal: auth.Principal, items: list[dict], *,
-                             request_id: str | None = None) -> RememberBatchResponse:
+                             request_id: str | None = None, path: str = "http") -> RememberBatchResponse:
         """Write every valid item, each as `remember` would in `async` mode (or `raw_saved` while
         every provider is down), in one transaction with a savepoint per item, under one import
         job whose progress counts the items' processing. An item that is invalid, forbidden or
@@ -232,7 +234,7 @@ class MemoryService:
                         async with conn.transaction():  # a savepoint: a failed item undoes only itself
                             written = await self._write(conn, principal, req, request_id,
                                                         raw_saved=down is not None and not req.raw,
-                                                        parent_id=import_id, stats=item_stats)
+                                                        parent_id=import_id, stats=item_stats, path=path)
                     except EngramError as err:
                         results[index] = _item_error(index, err)
                         continue
@@ -260,7 +262,7 @@ class MemoryService:
 
     async def _write(self, conn: asyncpg.Connection, principal: auth.Principal, req: RememberItem,
                      request_id: str | None, *, raw_saved: bool, parent_id: UUID | None = None,
-                     stats: repo.StatsDelta | None = None) -> _Written | RememberResponse:
+                     stats: repo.StatsDelta | None = None, path: str = "http") -> _Written | RememberResponse:
         """Write the memory and its job in the caller's transaction; or the duplicate it is; or,
         for an idempotency key already bound, the answer the first request gave."""
         memory_id, job_id = uuid.uuid4(), uuid.uuid4()
@@ -274,7 +276,7 @@ class MemoryService:
         if await repo.insert_raw(conn, req.draft(), memory_id=memory_id, actor=principal.id,
                                  stemmer=self._settings.bm25_stemmer,
                                  extraction_status="unprocessed" if raw_saved else "pending", request_id=request_id,
-                                 stats=stats):
+                                 stats=stats, actor_type=principal.role, path=path):
             await jobs.insert(conn, job_id=job_id, memory_id=memory_id, job_type="extract",
                               max_attempts=self._settings.extraction_max_attempts, payload={"extract": not req.raw},
                               parent_id=parent_id, outcome="raw_saved" if raw_saved else None)
@@ -348,6 +350,10 @@ class MemoryService:
         filters = self._filters(principal, req.filters, req.include_deleted)
         hits, warnings, explain = await self._recall.search(
             req.query, req.scope, filters, RecallOptions(limit=req.limit, rerank=rerank, rerank_top_n=top_n))
+        started = time.perf_counter()
+        if hits and (quarantined := await self._integrity.check([h.memory.id for h in hits])):
+            hits = [h for h in hits if h.memory.id not in quarantined]  # they leave recall at once
+        explain.stages["verify"] = {"ms": round((time.perf_counter() - started) * 1e3, 3), "checked": len(hits)}
         if hits:
             self._spawn(repo.bump_access(self._pool, [h.memory.id for h in hits]))
         return SearchResponse(results=hits, warnings=warnings, explain=explain.stages if req.explain else None)
@@ -362,17 +368,23 @@ class MemoryService:
         memory = await repo.get(self._pool, memory_id)
         if memory is None or not principal.may_touch(_scope_of(memory)):
             raise NotFound(f"no memory {memory_id}")
+        if await self._integrity.check([memory_id]):
+            memory = await repo.get(self._pool, memory_id)  # quarantined: say so
         return memory
 
     @_speaks_domain_errors
     async def list(self, principal: auth.Principal, scope: Scope, f: SearchFilters, *, include_deleted: bool,
-                   cursor: str | None, limit: int) -> MemoryPage:
-        """The memories in `scope` that the caller may see, newest first, a page of `limit`."""
+                   cursor: str | None, limit: int, status: str | None = None) -> MemoryPage:
+        """The memories in `scope` that the caller may see, newest first, a page of `limit`; of
+        one `status` if given (else live ones, deleted ones too with `include_deleted`)."""
         principal.require("read", scope)
         after = _decode_cursor(cursor) if cursor else None
-        items = await repo.list_page(self._pool, scope, self._filters(principal, f, include_deleted),
-                                     after=after, limit=limit)
+        filters = resolve(f, principal.visibility, include_deleted=include_deleted, now=self._clock(), status=status)
+        items = await repo.list_page(self._pool, scope, filters, after=after, limit=limit)
         next_cursor = _encode_cursor(items[-1]) if len(items) == limit else None
+        if quarantined := await self._integrity.check([m.id for m in items]):
+            fresh = {m.id: m for m in await repo.get_many(self._pool, list(quarantined))}
+            items = [fresh.get(m.id, m) for m in items if status == "quarantined" or m.id not in quarantined]
         return MemoryPage(items=items, next_cursor=next_cursor)
 
     @_speaks_domain_errors

@@ -140,5 +140,16 @@ class Settings(BaseSettings):
     # Declares the primary LLM provider's model able to judge relevance (its `rerank` capability).
     llm_rerank: bool = False
 
+    # Changes by id (engram.changes). A deleted memory can be recovered for tombstone_days; a
+    # person's edit (any role but agent) locks a memory against automatic changes (agents,
+    # the pipeline) for manual_override_s unless an operator forces them; modify and forget
+    # are limited per caller to change_rate_per_s with bursts of change_burst (429 beyond).
+    tombstone_days: float = Field(default=30.0, gt=0)
+    manual_override_s: float = Field(default=7 * 24 * 3600.0, ge=0)
+    change_rate_per_s: float = Field(default=50.0, gt=0)
+    change_burst: int = Field(default=200, ge=1)
+    # The chain sealer: how many history events it chains into their scopes' chains per pass.
+    seal_batch: int = Field(default=1_000, ge=1)
+
     # Security baseline.
     dev_api_key: str = ""

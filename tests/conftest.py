@@ -162,6 +162,12 @@ class App:
         assert response.status_code == 200, response.text
         return response.json()["results"]
 
+    async def forget(self, memory_id: str, reason: str = "the test forgets it") -> dict:
+        response = await self.http.delete(f"/api/memory/{memory_id}", params={"reason": reason},
+                                          headers=self._auth(None))
+        assert response.status_code == 200, response.text
+        return response.json()
+
     async def job(self, job_id: str) -> dict:
         response = await self.get(f"/api/memory/jobs/{job_id}")
         assert response.status_code == 200, response.text

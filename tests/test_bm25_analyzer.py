@@ -55,8 +55,7 @@ async def _fill_with_english(make_app, data_dir) -> tuple[str, dict[str, str]]:
             ids[text] = (await app.remember(text, scope=ALICE, mode="async"))["memory_id"]
         for text in LIVE["alice/x"]:
             ids[text] = (await app.remember(text, scope={**ALICE, "agent_id": "x"}, mode="async"))["memory_id"]
-        await app.pool.execute("UPDATE memories SET is_deleted = true, deleted_at = now() WHERE id = $1",
-                               uuid.UUID(ids[DELETED]))
+        await app.forget(ids[DELETED])
         bm25_by_id = await _bm25_by_id(app, "running")
         # Stems meet: the query's "running" scores the memory that says "runs".
         assert bm25_by_id[ids[RUNNING]] > 0 and bm25_by_id[ids[RUNS]] > 0

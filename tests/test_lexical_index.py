@@ -184,7 +184,7 @@ async def test_a_memory_indexed_while_it_is_searched_for_is_found(app):
     scope = {"user_id": "race"}
     await _bulk(app, scope, TEXTS)
     await _wait_indexed(app)
-    [indexer] = [t for t in app.runtime.tasks if t.get_name() == "lexical-indexer"]
+    [indexer] = [t for t in app.runtime.tasks if t.get_name() == "index-sync"]
     indexer.cancel()  # this test is the indexer: its pass lands where the race puts it
     target = await app.pool.fetchval("SELECT id FROM memories WHERE content LIKE 'Melanie painted%'")
     await app.runtime.lexical.delete([target])

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncIterator
 
 import pytest
@@ -275,7 +274,7 @@ async def test_the_reranker_judges_a_reply_with_the_turn_before_it_in_its_own_sc
         await app.remember("Uma: secret plans for the other party", scope={"user_id": "other"}, session_id="s1",
                            mode="sync", raw=True)
         gone = await app.remember("Uma: and what about plants?", scope=scope, session_id="s1", mode="sync", raw=True)
-        await app.pool.execute("UPDATE memories SET is_deleted = true WHERE id = $1", uuid.UUID(gone["memory_id"]))
+        await app.forget(gone["memory_id"])
         await app.remember("Vic: yes, a dog named Pip", scope=scope, session_id="s1", mode="sync", raw=True)
         await app.remember("Vic: Pip is in no session", scope=scope, mode="sync", raw=True)
         fake_llm.script(FakeReply.json({"scores": [1, 2, 3]}))

@@ -86,7 +86,7 @@ async def test_get_and_list_of_a_foreign_scope_look_like_missing(app):
 
 async def test_deleted_memories_are_excluded_unless_asked_for(app):
     ids = await _load(app)
-    await app.pool.execute("UPDATE memories SET is_deleted = true, deleted_at = now() WHERE id = $1", uuid.UUID(ids[1]))
+    await app.forget(ids[1])
     hits = await app.search("ramen", scope={"user_id": "alice"}, limit=50)
     assert ids[1] not in [h["memory"]["id"] for h in hits]
     hits = await app.search("ramen", scope={"user_id": "alice"}, include_deleted=True)

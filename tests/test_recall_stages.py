@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import uuid
 
 import pytest
 
@@ -22,7 +21,8 @@ async def test_explain_shows_every_stage_with_its_timing(app):
     response = await app.post("/api/memory/search", {"query": "bread baking", "scope": {"user_id": "r"},
                                                      "explain": True, "rerank": True})
     explain = response.json()["explain"]
-    assert list(explain) == STAGES + ["rerank"]
+    assert list(explain) == STAGES + ["rerank", "verify"]
+    assert explain["verify"]["checked"] == 1
     assert all(stage["ms"] >= 0 for stage in explain.values())
     assert explain["embed_query"]["model"] == DEFAULT_MODEL
     assert explain["rerank"]["model"] == "ms-marco-MiniLM-L-12-v2" and explain["rerank"]["timed_out"] is False
@@ -69,7 +69,7 @@ async def test_expansion_lifts_session_neighbours_within_the_scope_only(app):
     assert hits[q["memory_id"]]["expansion"] == pytest.approx(0.1 * hits[a["memory_id"]]["fused"])
     assert hits[lone["memory_id"]]["expansion"] == 0
     # A deleted neighbour lifts nobody and is not brought back.
-    await app.pool.execute("UPDATE memories SET is_deleted = true WHERE id = $1", uuid.UUID(q["memory_id"]))
+    await app.forget(q["memory_id"])
     hits = {h["memory"]["id"]: h["components"] for h in await app.search("party cooking", scope=scope)}
     assert q["memory_id"] not in hits and hits[a["memory_id"]]["expansion"] == 0
 

@@ -15,18 +15,15 @@ when it is formed, so it starts once.
 from __future__ import annotations
 
 import asyncio
-import logging
 import uuid
 
 import asyncpg
 
 from engram.settings import Settings
 from engram.store import jobs
-from engram.store.notifications import NewJobs
-from engram.store.pool import UNREACHABLE
 from worker.temporal_pipeline import TemporalPipeline
+from worker.woken import run_woken
 
-log = logging.getLogger(__name__)
 _DRAIN_CHECK_S = 30.0
 
 
@@ -35,27 +32,21 @@ class Dispatcher:
         self._pipeline = pipeline
         self._pool = pool
         self._settings = settings
-        self._new_jobs = NewJobs(settings.postgres_dsn)
 
     async def run_forever(self) -> None:
-        """Dispatch until cancelled."""
+        """Dispatch until cancelled (and make sure the drain runs, every _DRAIN_CHECK_S)."""
         s = self._settings
-        listener = self._new_jobs.listen()
         loop = asyncio.get_running_loop()
         drain_checked = float("-inf")
-        try:
-            while True:
-                try:
-                    if loop.time() - drain_checked > _DRAIN_CHECK_S and await self._pipeline.ensure_drain():
-                        drain_checked = loop.time()
-                    await self.dispatch_once()
-                except (*UNREACHABLE, asyncpg.PostgresError) as err:
-                    log.warning("dispatcher pass failed", extra={"error": f"{type(err).__name__}: {err}"})
-                except Exception:  # a bug or a surprise must not stop the loop: the next wake retries
-                    log.exception("dispatcher pass failed unexpectedly")
-                await self._new_jobs.wait(s.dispatcher_interval_s, gather_s=s.ingest_batch_window_ms / 1000)
-        finally:
-            listener.cancel()
+
+        async def one_pass() -> None:
+            nonlocal drain_checked
+            if loop.time() - drain_checked > _DRAIN_CHECK_S and await self._pipeline.ensure_drain():
+                drain_checked = loop.time()
+            await self.dispatch_once()
+
+        await run_woken("dispatcher", one_pass, s.postgres_dsn, poll_s=s.dispatcher_interval_s,
+                        gather_s=s.ingest_batch_window_ms / 1000)
 
     async def dispatch_once(self) -> None:
         """Start formed-but-unstarted batches, form and start new ones up to the in-flight

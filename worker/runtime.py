@@ -41,13 +41,16 @@ from engram.inference.vector_index import EdgeIndex, QdrantServerIndex, VectorIn
 from engram.ingest_steps import Retry
 from engram.recall.pipeline import Recall
 from engram.recall.rerank import CrossEncoder, LLMReranker, Reranker, ms_marco_files
+from engram.changes import MemoryChanges
+from engram.integrity import Integrity
 from engram.service import MemoryService
 from engram.settings import Settings
 from engram.store import embeddings, jobs, keys, lexical_index, provider_health
 from engram.store import pool as pool_module
 from engram.store.notifications import FirstPassWaiter, listen_forever
 from worker.index_maintenance import IndexOptimizer
-from worker.lexical import LexicalIndexer
+from worker.chain_sealer import ChainSealer
+from worker.index_sync import IndexSync
 from worker.outbox import Dispatcher
 from worker.startup import analyzer_of
 from worker.temporal_pipeline import TemporalPipeline, index_queue
@@ -96,6 +99,7 @@ class Runtime:
     providers: list[LLMProvider]
     client: Client
     service: MemoryService
+    changes: MemoryChanges
     roles: frozenset[str] = ROLES
     lexical: VectorIndex | None = None  # the sparse BM25 index, where this process reads or writes it
     tasks: list[asyncio.Task] = field(default_factory=list)
@@ -153,9 +157,11 @@ class Runtime:
             raise
         availability = Availability(pool, providers)
         waiter = FirstPassWaiter(pool)
+        integrity = Integrity(pool)
         service = MemoryService(settings, pool, Recall(settings, pool, embedding_spaces, reranker, lexical), waiter,
-                                availability)
-        rt = cls(settings, pool, embedding_spaces, providers, client, service, roles=roles, lexical=lexical)
+                                availability, integrity)
+        changes = MemoryChanges(settings, pool, embedding_spaces, integrity)
+        rt = cls(settings, pool, embedding_spaces, providers, client, service, changes, roles=roles, lexical=lexical)
         if "api" in roles:
             rt._start(listen_forever(settings.postgres_dsn, {jobs.FIRST_PASS: waiter.notified,
                                                               keys.REVOKED: service.forget_principals}),
@@ -173,9 +179,11 @@ class Runtime:
                                   activities=ingest.all() + legacy.all()))
             dispatcher = Dispatcher(TemporalPipeline(client, pool, settings), pool, settings)
             rt._start(dispatcher.run_forever(), "outbox-dispatcher")
-        if hosts_index(settings, roles) and lexical is not None:
-            await lexical_steps.settle(pool, lexical)
-            rt._start(LexicalIndexer(pool, lexical, settings).run_forever(), "lexical-indexer")
+            rt._start(ChainSealer(pool, settings).run_forever(), "chain-sealer")
+        if hosts_index(settings, roles):
+            if lexical is not None:
+                await lexical_steps.settle(pool, lexical)
+            rt._start(IndexSync(pool, lexical, embedding_spaces, settings).run_forever(), "index-sync")
         if hosts_index(settings, roles) and settings.index_optimize_after and not settings.qdrant_url:
             optimizer = IndexOptimizer(rt.served_indexes, after=settings.index_optimize_after,
                                        check_s=settings.index_optimize_check_s)

@@ -15,10 +15,23 @@ from dataclasses import dataclass
 from engram.domain.errors import Forbidden, ValidationFailed
 from engram.domain.models import Scope
 
-ROLES = ("reader", "writer", "admin")
-# What each role may do; a role may do everything the roles before it may.
-_ACTIONS = {"reader": {"search", "read"}, "writer": {"search", "read", "remember"}}
-_ACTIONS["admin"] = _ACTIONS["writer"] | {"admin"}
+ROLES = ("reader", "agent", "writer", "operator", "admin")
+# The permission matrix: what each role may do (README "Roles" shows the same table; a test
+# checks that the two agree). An `agent` is a model acting for a user: it may change memories
+# but never recover, roll back or force, and its edits count as automatic (engram.changes:
+# a human's edit locks a memory against them for a while). `force_delete` removes a pinned
+# memory; `maintenance` runs the repair loops and `engram verify`; `admin` manages keys.
+PERMISSIONS: dict[str, frozenset[str]] = {
+    "reader": frozenset({"search", "read"}),
+    "agent": frozenset({"search", "read", "remember", "modify", "forget"}),
+    "writer": frozenset({"search", "read", "remember", "modify", "forget", "recover", "rollback"}),
+    "operator": frozenset({"search", "read", "remember", "modify", "forget", "recover", "rollback",
+                           "force_delete", "approve", "maintenance"}),
+}
+PERMISSIONS["admin"] = PERMISSIONS["operator"] | {"admin"}
+ACTIONS = ("search", "read", "remember", "modify", "forget", "recover", "rollback", "force_delete", "approve",
+           "maintenance", "admin")
+AUTOMATIC_ROLES = frozenset({"agent"})  # whose edits are automatic, like the pipeline's
 _PREFIX = {"user_id": "user", "agent_id": "agent", "run_id": "run"}
 
 
@@ -52,7 +65,7 @@ class Principal:
     grants: tuple[str, ...]
 
     def may(self, action: str) -> bool:
-        return action in _ACTIONS[self.role]
+        return action in PERMISSIONS[self.role]
 
     @property
     def visibility(self) -> Visibility:

@@ -68,3 +68,29 @@ class DatabaseUnavailable(EngramError):
 
     type = "database_unavailable"
     http_status = 503
+
+
+class VersionConflict(Conflict):
+    """`if_version` is not the memory's version: nothing was changed."""
+
+    type = "version_conflict"
+
+    def __init__(self, detail: str, current_version: int) -> None:
+        super().__init__(detail)
+        self.current_version = current_version
+
+
+class Gone(EngramError):
+    """What was asked for existed and can no longer be had (a delete past its recovery window)."""
+
+    type = "gone"
+    http_status = 410
+
+
+class RateLimited(EngramError):
+    type = "rate_limited"
+    http_status = 429
+
+    def __init__(self, detail: str, retry_after_s: float) -> None:
+        super().__init__(detail)
+        self.retry_after_s = retry_after_s

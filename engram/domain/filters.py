@@ -28,9 +28,13 @@ class Filters:
     created_from: datetime | None = None
     created_to: datetime | None = None
     include_deleted: bool = False
+    # Only memories of this status (a list's filter). None: live ones (deleted ones too with
+    # include_deleted), never quarantined ones.
+    status: str | None = None
 
 
-def resolve(asked: SearchFilters, visible: Visibility, *, include_deleted: bool, now: datetime) -> Filters:
+def resolve(asked: SearchFilters, visible: Visibility, *, include_deleted: bool, now: datetime,
+            status: str | None = None) -> Filters:
     """The filters a caller asked for, within what it may see. A time phrase and a time range
     together mean both (their intersection). Raises ValidationFailed for a phrase it cannot read."""
     start = end = None
@@ -40,4 +44,4 @@ def resolve(asked: SearchFilters, visible: Visibility, *, include_deleted: bool,
         start = max(filter(None, [start, asked.time_range.start]), default=None)
         end = min(filter(None, [end, asked.time_range.end]), default=None)
     return Filters(visible=visible, type=asked.type, tags=asked.tags, who=asked.who, source_type=asked.source_type,
-                   created_from=start, created_to=end, include_deleted=include_deleted)
+                   created_from=start, created_to=end, include_deleted=include_deleted, status=status)

@@ -162,11 +162,14 @@ Mode = Literal["auto", "sync", "async"]
 RememberStatus = Literal["processed", "queued", "raw_saved"]
 
 
+Content = Annotated[str, Field(min_length=1, max_length=MAX_CONTENT_CHARS, json_schema_extra=_SHOWS),
+                    AfterValidator(_not_blank)]
+
+
 class RememberItem(Strict):
     """One memory to write: a remember's body without how to wait (an item of a bulk remember)."""
 
-    content: Annotated[str, Field(min_length=1, max_length=MAX_CONTENT_CHARS, json_schema_extra=_SHOWS),
-                       AfterValidator(_not_blank)]
+    content: Content
     scope: Scope
     type: ShortLabel = "fact"
     tags: list[Tag] = Field(default_factory=list, max_length=64)
@@ -326,6 +329,8 @@ class Memory(BaseModel):
     updated_at: datetime
     updated_by: str
     version: int
+    status: str = "active"  # active, superseded, deleted or quarantined
+    manual_override_until: datetime | None = None  # a person's edit locks it against automatic ones until then
 
 
 class ScoreComponents(BaseModel):
@@ -378,7 +383,7 @@ class Job(BaseModel):
     updated_at: datetime
 
 
-Role = Literal["reader", "writer", "admin"]
+Role = Literal["reader", "agent", "writer", "operator", "admin"]
 Grant = Annotated[str, Field(pattern=r"^(\*|(user|agent|run):[^\u0000]+)$", max_length=210,
                              description="'*', or 'user:<id>', 'agent:<id>', 'run:<id>' where <id> may be '*'")]
 

@@ -24,7 +24,7 @@ import numpy as np
 from engram.domain.errors import EmbeddingUnavailable
 from engram.domain.models import Memory
 from engram.inference.vector_index import IndexPoint, Vector, VectorIndex
-from engram.store import embeddings
+from engram.store import changes, embeddings
 from engram.store import memories as repo
 
 
@@ -113,9 +113,32 @@ class EmbeddingSpaces:
                     stored.update(found)
         return Stored(ids=[m.id for m in memories if m.id in stored], refusals=refusals)
 
-    async def index(self, memory_ids: list[UUID]) -> int:
+    async def embed_text(self, text: str) -> dict[str, np.ndarray]:
+        """`text`'s vector from every model held (a memory's new content). Raises
+        EmbeddingUnavailable; with `permanent` when a model refuses the text."""
+        return {model: _array((await space.embedder.embed([text]))[0]) for model, space in self._spaces.items()}
+
+    async def store_text_vectors(self, conn: asyncpg.Connection, memory_id: UUID,
+                                 vectors: dict[str, np.ndarray]) -> None:
+        """Store a changed memory's `embed_text` vectors in the caller's transaction, where
+        `embed_and_store` would. A model the state names and `vectors` lacks loses the old
+        content's vector: the active one leaves the memory to BM25 until it is embedded
+        again, the target one is made again by the re-embed."""
+        state = await embeddings.state(conn, lock="FOR SHARE")
+        if state.active is not None:
+            vector = vectors.get(state.active)
+            await changes.store_vector(conn, memory_id, vector, state.active if vector is not None else None)
+        if state.target is not None:
+            if state.target in vectors:
+                await embeddings.store_target(conn, [(memory_id, vectors[state.target])], state.target)
+            else:
+                await changes.drop_target_vector(conn, memory_id, state.target)
+
+    async def index(self, memory_ids: list[UUID], *, drop_missing: bool = False) -> int:
         """Write the index points of `memory_ids` from their canonical vectors, in every space
-        whose index this process owns. Idempotent. Returns how many points it wrote."""
+        whose index this process owns. With `drop_missing`, a memory without a canonical vector
+        in a space (a change left it none) loses its point there. Idempotent. Returns how many
+        points it wrote."""
         state = await embeddings.state(self._pool)
         written = 0
         for model, space in self._spaces.items():
@@ -125,6 +148,9 @@ class EmbeddingSpaces:
             if rows:
                 await space.index.upsert([index_point(r, _array(r["embedding"])) for r in rows])
                 written += len(rows)
+            if drop_missing and len(rows) < len(memory_ids):
+                held = {r["id"] for r in rows}
+                await space.index.delete([i for i in memory_ids if i not in held])
         return written
 
     async def embed_memory(self, memory: Memory) -> None:

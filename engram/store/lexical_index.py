@@ -128,8 +128,11 @@ async def rebase(pool: asyncpg.Pool, scope_keys: set[str], drift: float) -> dict
         ), rebased AS (
             UPDATE bm25_scope_stats s SET lexical_avgdl = moved.now FROM moved WHERE s.scope_key = moved.scope_key
         ), reweigh AS (
-            UPDATE memories m SET lexical_reweigh = true FROM moved
-            WHERE moved.had AND m.scope_key = moved.scope_key AND m.lexical_indexed AND NOT m.lexical_reweigh
+            -- A memory whose row a change holds is skipped, not waited for: the change takes the
+            -- statistics after the row (engram.store.changes), and its point is rewritten anyway.
+            UPDATE memories m SET lexical_reweigh = true
+            WHERE m.id IN (SELECT r.id FROM memories r JOIN moved ON moved.had AND r.scope_key = moved.scope_key
+                           WHERE r.lexical_indexed AND NOT r.lexical_reweigh FOR UPDATE OF r SKIP LOCKED)
         )
         SELECT s.scope_key, coalesce(moved.now, s.lexical_avgdl) AS avgdl
         FROM bm25_scope_stats s LEFT JOIN moved USING (scope_key) WHERE s.scope_key = ANY($1::text[])

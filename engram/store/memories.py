@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -10,9 +11,11 @@ from uuid import UUID
 import asyncpg
 import numpy as np
 
+from engram.domain import chain
 from engram.domain.filters import Filters
 from engram.domain.models import Memory, MemoryDraft, Scope
 from engram.domain.text import content_hash, normalize, term_frequencies
+from engram.store import history
 from engram.store.sql import Where
 
 MEMORY_COLUMNS = """
@@ -20,7 +23,7 @@ MEMORY_COLUMNS = """
     m.source_type, m.source_id, m.session_id, m.metadata, m.pinned, m.is_deleted, m.deleted_at,
     m.confidence, m.importance, m.extraction_status, m.extracted, m.access_count, m.last_accessed,
     m.embedding_model, m.extraction_model, m.content_hash, m.created_at, m.updated_at,
-    m.updated_by, m.version
+    m.updated_by, m.version, m.status, m.manual_override_until
 """
 
 
@@ -30,40 +33,45 @@ def row_to_memory(row: asyncpg.Record) -> Memory:
 
 async def insert_raw(conn: asyncpg.Connection, draft: MemoryDraft, *, memory_id: UUID, actor: str,
                      stemmer: str, extraction_status: str, request_id: str | None = None,
-                     stats: StatsDelta | None = None) -> bool:
+                     stats: StatsDelta | None = None, actor_type: str = "writer", path: str | None = "http") -> bool:
     """Write a memory as it arrives, in the caller's transaction: the row, its BM25 postings and
-    scope statistics (terms by `stemmer`), and its ADD history event. Returns False, writing
-    nothing, when a live memory of exactly its scope holds the same content: the unique partial
-    index decides, so concurrent identical writes leave one row.
+    scope statistics (terms by `stemmer`), and its ADD history event, the first of its chain.
+    Returns False, writing nothing, when a live memory of exactly its scope holds the same
+    content: the unique partial index decides, so concurrent identical writes leave one row.
 
     With `stats`, the statistics are added to it instead, for the caller to write once for many
     memories (`add_stats`) before its transaction commits."""
     normalized = normalize(draft.content)
     tf, length = term_frequencies(draft.content, stemmer)
     scope = draft.scope
+    parts = (scope.user_id, scope.agent_id, scope.run_id)
+    event = history.Event(
+        event="ADD", version=1, actor_type=actor_type, actor_id=actor, path=path, request_id=request_id,
+        session_id=draft.session_id, new_content=draft.content, new_metadata=draft.metadata,
+        state={"content": draft.content, "type": draft.type, "tags": list(draft.tags), "importance": draft.importance,
+               "pinned": draft.pinned, "metadata": draft.metadata, "is_deleted": False})
+    event_args, digest = history.insert_args(memory_id, parts, event, None)
     # One statement, one round trip: the row, then (only if it was inserted) its postings and
     # its ADD event, which the foreign keys check at the statement's end.
     inserted = await conn.fetchval(
-        """
+        f"""
         WITH m AS (
             INSERT INTO memories (id, user_id, agent_id, run_id, content, normalized_content,
                 content_hash, type, tags, who, source_type, source_id, session_id, metadata, pinned,
-                importance, extraction_status, token_count, updated_by)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+                importance, extraction_status, token_count, updated_by, chain_hash)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $22)
             ON CONFLICT (scope_key, content_hash) WHERE NOT is_deleted DO NOTHING
             RETURNING id),
         postings AS (
             INSERT INTO memory_terms (memory_id, term, tf, user_id, agent_id, run_id)
             SELECT m.id, t.term, t.tf, $2, $3, $4 FROM m, unnest($20::text[], $21::int[]) AS t(term, tf)),
-        history AS (
-            INSERT INTO memory_history (memory_id, event, version, new_content, new_metadata, actor_type,
-                actor_id, request_id, session_id)
-            SELECT m.id, 'ADD', 1, $5, $14, 'api', $19, $22, $13 FROM m)
+        history AS ({_shifted(history.INSERT_SELECT, 22)} FROM m)
         SELECT count(*) > 0 FROM m
         """,
         memory_id, scope.user_id, scope.agent_id, scope.run_id, draft.content, normalized, content_hash(normalized),
         draft.type, draft.tags, draft.who, draft.source_type, draft.source_id, draft.session_id, draft.metadata,
-        draft.pinned, draft.importance, extraction_status, length, actor, list(tf), list(tf.values()), request_id,
+        draft.pinned, draft.importance, extraction_status, length, actor, list(tf), list(tf.values()), digest,
+        *event_args,
     )
     if not inserted:
         return False
@@ -74,31 +82,17 @@ async def insert_raw(conn: asyncpg.Connection, draft: MemoryDraft, *, memory_id:
     return True
 
 
+def _shifted(sql: str, by: int) -> str:
+    """`sql` with each placeholder $n renumbered $(n + by), to follow other parameters."""
+    return re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + by}", sql)
+
+
 async def find_live_by_hash(conn: asyncpg.Connection, scope: Scope, content_hash: str) -> UUID | None:
     """The live memory of exactly `scope` (not of a scope inside it) holding this content."""
     return await conn.fetchval(
         "SELECT id FROM memories WHERE scope_key = engram_scope_key($1, $2, $3) AND content_hash = $4"
         " AND NOT is_deleted",
         scope.user_id, scope.agent_id, scope.run_id, content_hash,
-    )
-
-
-async def insert_history(
-    conn: asyncpg.Connection, *, memory_id: UUID, event: str, version: int, actor_type: str,
-    actor_id: str, old_content: str | None = None, new_content: str | None = None,
-    new_metadata: dict | None = None, provider: str | None = None, model: str | None = None,
-    prompt_version: str | None = None, reason: str | None = None, request_id: str | None = None,
-    session_id: str | None = None,
-) -> None:
-    await conn.execute(
-        """
-        INSERT INTO memory_history (memory_id, event, version, old_content, new_content, new_metadata,
-            actor_type, actor_id, provider, model, prompt_version, decision_reason, request_id, session_id)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
-        """,
-        memory_id, event, version, old_content, new_content,
-        new_metadata,
-        actor_type, actor_id, provider, model, prompt_version, reason, request_id, session_id,
     )
 
 
@@ -140,6 +134,14 @@ class StatsDelta:
         docs[1] += length
         self.df.setdefault(key, Counter()).update(tf.keys())
 
+    def remove(self, scope: Scope, tf: dict[str, int], length: int) -> None:
+        """Uncount a memory that leaves the live ones (a delete, or its old content)."""
+        key = (scope.user_id, scope.agent_id, scope.run_id)
+        docs = self.docs.setdefault(key, [0, 0])
+        docs[0] -= 1
+        docs[1] -= length
+        self.df.setdefault(key, Counter()).update({term: -1 for term in tf})
+
     def merge(self, other: StatsDelta) -> None:
         for key, (count, length) in other.docs.items():
             docs = self.docs.setdefault(key, [0, 0])
@@ -163,6 +165,9 @@ async def add_stats(conn: asyncpg.Connection, delta: StatsDelta) -> None:
     update in it walks past: 500 memories cost quadratic time.)"""
     for key in sorted(delta.docs, key=scope_order):
         count, length = delta.docs[key]
+        terms = sorted(t for t, n in delta.df[key].items() if n)
+        if not count and not length and not terms:
+            continue
         await conn.execute(
             """
             INSERT INTO bm25_scope_stats (user_id, agent_id, run_id, doc_count, total_len)
@@ -172,7 +177,6 @@ async def add_stats(conn: asyncpg.Connection, delta: StatsDelta) -> None:
             """,
             *key, count, length,
         )
-        terms = sorted(delta.df[key])
         if terms:
             await conn.execute(
                 """
@@ -349,19 +353,29 @@ async def get_many(conn: asyncpg.Connection | asyncpg.Pool, memory_ids: list[UUI
     return [row_to_memory(r) for r in rows]
 
 
+STATE_COLUMNS = "user_id, agent_id, run_id, version, chain_hash, " + ", ".join(chain.STATE_FIELDS)
+
+
 async def record_extraction(
-    conn: asyncpg.Connection, memory_id: UUID, *, status: str, extracted: dict | None,
-    model: str | None, category: str | None, actor: str,
+    conn: asyncpg.Connection, memory_id: UUID, *, status: str, extracted: dict | None, model: str | None,
+    category: str | None, actor: str, provider: str | None, prompt_version: str | None, request_id: str | None,
 ) -> int:
-    """Set the extraction outcome; bump the version. Returns the new version."""
-    return await conn.fetchval(
-        """
+    """Set the extraction outcome, bump the version and append its UPDATE event, in the caller's
+    transaction. Returns the new version."""
+    row = await conn.fetchrow(
+        f"""
         UPDATE memories SET extraction_status = $2, extracted = $3, extraction_model = $4,
             category = coalesce($5, category), updated_at = now(), updated_by = $6, version = version + 1
-        WHERE id = $1 RETURNING version
+        WHERE id = $1 RETURNING {STATE_COLUMNS}
         """,
         memory_id, status, extracted, model, category, actor,
     )
+    prev = row["chain_hash"] or await history.seal_memory(conn, memory_id)
+    await history.append(conn, memory_id, (row["user_id"], row["agent_id"], row["run_id"]), history.Event(
+        event="UPDATE", version=row["version"], state=chain.state_of(row), actor_type="system", actor_id=actor,
+        path=actor, reason="extraction", new_metadata={"extracted": extracted}, provider=provider, model=model,
+        prompt_version=prompt_version, request_id=request_id), prev)
+    return row["version"]
 
 
 async def set_extraction_status(conn: asyncpg.Connection | asyncpg.Pool, memory_id: UUID, status: str) -> None:
@@ -373,8 +387,3 @@ async def bump_access(pool: asyncpg.Pool, ids: list[UUID]) -> None:
         "UPDATE memories SET access_count = access_count + 1, last_accessed = now() WHERE id = ANY($1::uuid[])",
         ids,
     )
-
-
-async def history(pool: asyncpg.Pool, memory_id: UUID) -> list[dict]:
-    rows = await pool.fetch("SELECT * FROM memory_history WHERE memory_id = $1 ORDER BY id", memory_id)
-    return [dict(r) for r in rows]

@@ -14,7 +14,7 @@ CREATE TABLE api_keys (
     revoked_at timestamp with time zone,
     CONSTRAINT api_keys_key_hash_key UNIQUE (key_hash),
     CONSTRAINT api_keys_pkey PRIMARY KEY (id),
-    CONSTRAINT api_keys_role_check CHECK ((role = ANY (ARRAY['reader'::text, 'writer'::text, 'admin'::text])))
+    CONSTRAINT api_keys_role_check CHECK ((role = ANY (ARRAY['reader'::text, 'agent'::text, 'writer'::text, 'operator'::text, 'admin'::text])))
 );
 CREATE UNIQUE INDEX api_keys_active_name_uq ON public.api_keys USING btree (name) WHERE (revoked_at IS NULL);
 CREATE UNIQUE INDEX api_keys_key_hash_key ON public.api_keys USING btree (key_hash);
@@ -138,12 +138,17 @@ CREATE TABLE memories (
     scope_key text NOT NULL GENERATED ALWAYS AS (engram_scope_key(user_id, agent_id, run_id)) STORED,
     lexical_indexed boolean NOT NULL DEFAULT false,
     lexical_reweigh boolean NOT NULL DEFAULT false,
+    status text NOT NULL DEFAULT 'active'::text,
+    chain_hash text,
+    dense_stale boolean NOT NULL DEFAULT false,
     CONSTRAINT memories_check CHECK (((user_id IS NOT NULL) OR (agent_id IS NOT NULL) OR (run_id IS NOT NULL))),
     CONSTRAINT memories_extraction_status_check CHECK ((extraction_status = ANY (ARRAY['pending'::text, 'unprocessed'::text, 'done'::text, 'skipped'::text, 'failed'::text]))),
-    CONSTRAINT memories_pkey PRIMARY KEY (id)
+    CONSTRAINT memories_pkey PRIMARY KEY (id),
+    CONSTRAINT memories_status_check CHECK ((status = ANY (ARRAY['active'::text, 'superseded'::text, 'deleted'::text, 'quarantined'::text])))
 );
 CREATE INDEX memories_agent_idx ON public.memories USING btree (agent_id, created_at);
 CREATE INDEX memories_created_at_idx ON public.memories USING btree (created_at, id);
+CREATE INDEX memories_dense_stale_idx ON public.memories USING btree (updated_at, id) WHERE dense_stale;
 CREATE INDEX memories_is_deleted_idx ON public.memories USING btree (is_deleted);
 CREATE INDEX memories_lexical_reweigh_idx ON public.memories USING btree (created_at, id) WHERE lexical_reweigh;
 CREATE INDEX memories_lexical_todo_agent_idx ON public.memories USING btree (agent_id) WHERE (NOT lexical_indexed);
@@ -156,7 +161,9 @@ CREATE UNIQUE INDEX memories_pkey ON public.memories USING btree (id);
 CREATE INDEX memories_run_idx ON public.memories USING btree (run_id, created_at);
 CREATE INDEX memories_session_order_idx ON public.memories USING btree (scope_key, session_id, created_at, id) WHERE (session_id IS NOT NULL);
 CREATE INDEX memories_source_idx ON public.memories USING btree (source_type, source_id);
+CREATE INDEX memories_status_idx ON public.memories USING btree (status) WHERE (status <> 'active'::text);
 CREATE INDEX memories_type_idx ON public.memories USING btree (type);
+CREATE INDEX memories_unsealed_idx ON public.memories USING btree (created_at, id) WHERE (chain_hash IS NULL);
 CREATE INDEX memories_user_idx ON public.memories USING btree (user_id, created_at);
 
 CREATE TABLE memory_embeddings (
@@ -198,12 +205,22 @@ CREATE TABLE memory_history (
     request_id text,
     session_id text,
     created_at timestamp with time zone NOT NULL DEFAULT now(),
-    CONSTRAINT memory_history_event_check CHECK ((event = ANY (ARRAY['ADD'::text, 'UPDATE'::text, 'DELETE'::text, 'RECOVER'::text, 'MERGE'::text, 'NONE'::text]))),
+    path text,
+    reason text,
+    state jsonb,
+    hash text,
+    prev_hash text,
+    scope_key text,
+    scope_seq bigint,
+    scope_hash text,
+    CONSTRAINT memory_history_event_check CHECK ((event = ANY (ARRAY['ADD'::text, 'UPDATE'::text, 'DELETE'::text, 'RECOVER'::text, 'ROLLBACK'::text, 'MERGE'::text, 'NONE'::text, 'QUARANTINE'::text, 'CONFIRM'::text]))),
     CONSTRAINT memory_history_memory_id_fkey FOREIGN KEY (memory_id) REFERENCES memories(id),
     CONSTRAINT memory_history_pkey PRIMARY KEY (id)
 );
 CREATE INDEX memory_history_memory_idx ON public.memory_history USING btree (memory_id, id);
 CREATE UNIQUE INDEX memory_history_pkey ON public.memory_history USING btree (id);
+CREATE UNIQUE INDEX memory_history_scope_seq_uq ON public.memory_history USING btree (scope_key, scope_seq);
+CREATE INDEX memory_history_unsealed_idx ON public.memory_history USING btree (id) WHERE ((scope_seq IS NULL) AND (hash IS NOT NULL));
 
 CREATE TABLE memory_jobs (
     id uuid NOT NULL,
@@ -302,6 +319,15 @@ CREATE TABLE schema_migrations_log (
     CONSTRAINT schema_migrations_log_pkey PRIMARY KEY (id)
 );
 CREATE UNIQUE INDEX schema_migrations_log_pkey ON public.schema_migrations_log USING btree (id);
+
+CREATE TABLE scope_chains (
+    scope_key text NOT NULL,
+    seq bigint NOT NULL,
+    head text NOT NULL,
+    updated_at timestamp with time zone NOT NULL DEFAULT now(),
+    CONSTRAINT scope_chains_pkey PRIMARY KEY (scope_key)
+);
+CREATE UNIQUE INDEX scope_chains_pkey ON public.scope_chains USING btree (scope_key);
 
 CREATE OR REPLACE FUNCTION public.engram_scope_key(user_id text, agent_id text, run_id text)
  RETURNS text

@@ -40,8 +40,12 @@ class Where:
     def filters(self, filters: Filters, alias: str = "m") -> None:
         """Every one of `filters` on the memories row `alias`."""
         self.visible(filters.visible, alias)
-        if not filters.include_deleted:
-            self.add_raw(f"NOT {alias}.is_deleted")
+        if filters.status is not None:
+            self.add(f"{alias}.status = {{}}", filters.status)
+        else:
+            if not filters.include_deleted:
+                self.add_raw(f"NOT {alias}.is_deleted")
+            self.add_raw(f"{alias}.status <> 'quarantined'")  # its row no longer matches its history
         if filters.type is not None:
             self.add(f"{alias}.type = {{}}", filters.type)
         if filters.tags:
