@@ -25,6 +25,7 @@ from starlette.routing import Match
 
 from api.body_limit import BodyLimit
 from api.errors import ErrorBody, error_body
+from api.mem0 import router as mem0_router
 from api.request_context import RequestContext
 from engram.domain.auth import Principal
 from engram.domain.changes import (
@@ -295,4 +296,5 @@ def create_app(runtime_factory) -> FastAPI:
     async def revoke_key(key_id: UUID, request: Request, caller: Caller):
         return await service(request).revoke_key(caller, key_id)
 
+    app.include_router(mem0_router)  # mem0's platform API, for its clients (api/mem0.py)
     return app
