@@ -17,6 +17,7 @@ from activities.models import (
     BatchInput, DrainStepInput, EmbedOutput, ExtractBatchInput, IndexInput, ProviderStates, Settled,
 )
 from engram import ingest_steps as steps
+from engram.control import Control
 from engram.inference.availability import Availability
 from engram.inference.embedding_spaces import EmbeddingSpaces
 
@@ -24,7 +25,7 @@ HEARTBEAT_S = 5.0
 
 
 @contextlib.asynccontextmanager
-async def _heartbeating():
+async def heartbeating():
     """Heartbeat while a long step runs, so a worker that dies is noticed within the
     heartbeat timeout rather than the step's whole timeout."""
 
@@ -41,25 +42,26 @@ async def _heartbeating():
 
 
 class IngestActivities:
-    def __init__(self, pool: asyncpg.Pool, spaces: EmbeddingSpaces, availability: Availability, *,
+    def __init__(self, pool: asyncpg.Pool, spaces: EmbeddingSpaces, availability: Availability, control: Control, *,
                  retry: steps.Retry, lease_s: float, concurrency: int) -> None:
         self._pool = pool
         self._spaces = spaces
         self._availability = availability
+        self._control = control
         self._retry = retry
         self._lease_s = lease_s
         self._concurrency = concurrency
 
     @activity.defn(name="ingest_embed")
     async def embed(self, inp: BatchInput) -> EmbedOutput:
-        async with _heartbeating():
+        async with heartbeating():
             embedded = await steps.embed_batch(self._pool, self._spaces, inp.job_ids)
         return EmbedOutput(memory_ids=embedded.memory_ids, refused=embedded.refused)
 
     @activity.defn(name="ingest_extract")
     async def extract(self, inp: ExtractBatchInput) -> Settled:
-        async with _heartbeating():
-            settled = await steps.extract_batch(self._pool, self._availability, inp.job_ids,
+        async with heartbeating():
+            settled = await steps.extract_batch(self._pool, self._availability, self._control, inp.job_ids,
                                                 concurrency=self._concurrency, retry=self._retry,
                                                 request_id=inp.workflow_id)
         return Settled(**vars(settled))
@@ -69,7 +71,8 @@ class IngestActivities:
         down = await self._availability.down()
         backlog = await steps.backlog(self._pool)
         return ProviderStates(down=[f"{p.name}/{p.model}" for p in down],
-                              chain_down=await self._availability.chain_down() is not None,
+                              chain_down=await self._availability.chain_down() is not None
+                              or not await self._control.autonomous_allowed(),
                               parked_due=backlog.parked_due)
 
     @activity.defn(name="drain_probe")
@@ -78,8 +81,8 @@ class IngestActivities:
 
     @activity.defn(name="drain_step")
     async def drain(self, inp: DrainStepInput) -> Settled:
-        async with _heartbeating():
-            settled = await steps.drain(self._pool, self._availability, inp.owner, limit=inp.limit,
+        async with heartbeating():
+            settled = await steps.drain(self._pool, self._availability, self._control, inp.owner, limit=inp.limit,
                                         lease_s=self._lease_s, concurrency=self._concurrency, retry=self._retry,
                                         request_id=inp.owner)
         return Settled(**vars(settled))

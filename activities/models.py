@@ -126,3 +126,33 @@ class ProviderStates(BaseModel):
     down: list[str]  # "<provider>: why", one per provider known to be down
     chain_down: bool  # every provider of the chain is down
     parked_due: int  # parked extractions the drain could take now
+
+
+class OperationStatusInput(BaseModel):
+    operation_id: str
+    status: str
+    approver: str | None = None
+
+
+class ForgetChunkInput(BaseModel):
+    operation_id: str
+    limit: int
+
+
+class ForgetChunkResult(BaseModel):
+    settled: int
+    remaining: int
+
+
+class FinishForgetInput(BaseModel):
+    operation_id: str
+    approver: str | None = None
+
+
+class ControlRecordInput(BaseModel):
+    switch: str
+    on: bool
+    scope: dict[str, str] | None = None
+    actor: str
+    role: str
+    reason: str

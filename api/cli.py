@@ -93,6 +93,12 @@ def cmd_get(args) -> None:
     _print(_call("GET", f"/api/memory/{args.memory_id}"))
 
 
+def _ask(prompt: str) -> str:
+    """A line from the user; the prompt goes to stderr, so stdout stays the answer's JSON."""
+    print(prompt, end="", file=sys.stderr, flush=True)
+    return input().strip()
+
+
 def cmd_modify(args) -> None:
     body = {"reason": args.reason}
     for name in ("content", "type", "importance"):
@@ -117,7 +123,7 @@ def cmd_forget(args) -> None:
             pinned = " (PINNED: needs --force, operators only)" if memory.get("pinned") else ""
             print(f"about to forget {memory['id']}{pinned}:\n  {memory['content'][:200]}", file=sys.stderr)
             try:
-                answer = input("type the memory's id to confirm: ").strip()
+                answer = _ask("type the memory's id to confirm: ")
             except EOFError:
                 answer = ""
         if answer != memory["id"]:
@@ -157,6 +163,72 @@ def cmd_verify(args) -> None:
     _print(report)
     if not report["ok"]:
         sys.exit(1)
+
+
+def cmd_batch_forget(args) -> None:
+    """Preview a batch forget, show it, and confirm it only after the number of memories it
+    holds is typed back (`--confirm N` for scripts)."""
+    body = {"scope": _scope(args), "reason": args.reason, "limit": args.limit, "force": args.force}
+    if args.query:
+        body["query"] = args.query
+    filters = {k: v for k, v in (("tags", args.tag), ("type", args.type), ("time", args.time)) if v}
+    if filters:
+        body["filters"] = filters
+    with _client() as client:
+        preview = _request(client, "POST", "/api/memory/forget", json=body)
+        count = len(preview["candidates"])
+        for c in preview["candidates"]:
+            print(f"  {c['id']}  v{c['version']}{'  PINNED' if c['pinned'] else ''}  {c['snippet'][:80]}", file=sys.stderr)
+        print(f"{count} memories (of {preview['total_matched']} matching) in operation {preview['operation_id']}"
+              + (" (needs an operator's approval after you confirm)" if preview["needs_approval"] else ""),
+              file=sys.stderr)
+        answer = args.confirm
+        if answer is None:
+            try:
+                answer = _ask(f"type {count} to forget them: ")
+            except EOFError:
+                answer = ""
+        if answer != str(count):
+            sys.exit(f"engram: not confirmed: nothing was deleted ({preview['operation_id']} expires unconfirmed)")
+        _print(_request(client, "POST", f"/api/memory/forget/{preview['operation_id']}/execute",
+                        json={"confirm_token": preview["confirm_token"]}))
+
+
+def cmd_operation(args) -> None:
+    _print(_call("GET", f"/api/memory/forget/{args.operation_id}"))
+
+
+def cmd_undo(args) -> None:
+    _print(_call("POST", f"/api/memory/forget/{args.operation_id}/undo", json={"reason": args.reason}))
+
+
+def cmd_approvals(args) -> None:
+    if args.approvals_command == "list":
+        for op in _call("GET", "/api/approvals")["items"]:
+            print(f"{op['operation_id']}  {op['total']:>5} memories  by {op['requester']}  {op['reason']}")
+        return
+    _print(_call("POST", f"/api/approvals/{args.operation_id}/{args.approvals_command}", json={"reason": args.reason}))
+
+
+def cmd_verify_receipt(args) -> None:
+    receipt = json.loads(Path(args.file).read_text())
+    result = _call("POST", "/api/receipts/verify", json=receipt)
+    _print(result)
+    if not result["ok"]:
+        sys.exit(1)
+
+
+def cmd_control(args) -> None:
+    if args.control_command == "status":
+        _print(_call("GET", "/api/control"))
+        return
+    switch, on = {"freeze": ("freeze", True), "unfreeze": ("freeze", False),
+                  "kill-switch": ("kill_switch", args.state == "on")}[args.control_command]
+    body = {"switch": switch, "on": on, "reason": args.reason}
+    scope = _scope_given(args) if switch == "freeze" else {}
+    if scope:
+        body["scope"] = scope
+    _print(_call("POST", "/api/control", json=body))
 
 
 def progress_bar(progress: dict, width: int = 30) -> str:
@@ -318,6 +390,55 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--if-version", type=int)
     p.add_argument("--confirm", metavar="MEMORY_ID", help="the memory's id again, instead of typing it")
     p.set_defaults(func=cmd_forget)
+
+    p = sub.add_parser("batch-forget", help="forget what a query or filters select in a scope: preview, then "
+                                            "confirm by typing the count (an operator approves large sets)")
+    _add_scope(p)
+    p.add_argument("--query")
+    p.add_argument("--tag", action="append")
+    p.add_argument("--type")
+    p.add_argument("--time", help='a time phrase: "last 3 months", "yesterday"')
+    p.add_argument("--limit", type=int, default=100)
+    p.add_argument("--reason", required=True)
+    p.add_argument("--force", action="store_true", help="include pinned memories (operators only)")
+    p.add_argument("--confirm", metavar="COUNT", help="the number of memories previewed, instead of typing it")
+    p.set_defaults(func=cmd_batch_forget)
+
+    p = sub.add_parser("operation", help="a batch forget's status, progress and receipt")
+    p.add_argument("operation_id")
+    p.set_defaults(func=cmd_operation)
+
+    p = sub.add_parser("undo", help="recover exactly what a batch forget deleted")
+    p.add_argument("operation_id")
+    p.add_argument("--reason", required=True)
+    p.set_defaults(func=cmd_undo)
+
+    approvals = sub.add_parser("approvals", help="batch forgets waiting for an operator (operators)")
+    approval_commands = approvals.add_subparsers(dest="approvals_command", required=True)
+    approval_commands.add_parser("list").set_defaults(func=cmd_approvals)
+    for verb in ("approve", "reject"):
+        p = approval_commands.add_parser(verb)
+        p.add_argument("operation_id")
+        p.add_argument("--reason", required=True)
+        p.set_defaults(func=cmd_approvals)
+
+    control = sub.add_parser("control", help="the operational switches: freeze mutations, the kill switch (operators)")
+    control_commands = control.add_subparsers(dest="control_command", required=True)
+    control_commands.add_parser("status").set_defaults(func=cmd_control)
+    for verb, what in (("freeze", "refuse every change (in one scope, with --user-id/--agent-id/--run-id)"),
+                       ("unfreeze", "lift a freeze (the same scope it was set on)")):
+        p = control_commands.add_parser(verb, help=what)
+        _add_scope(p)
+        p.add_argument("--reason", required=True)
+        p.set_defaults(func=cmd_control)
+    p = control_commands.add_parser("kill-switch", help="stop (on) or allow (off) autonomous mutations")
+    p.add_argument("state", choices=["on", "off"])
+    p.add_argument("--reason", required=True)
+    p.set_defaults(func=cmd_control)
+
+    p = sub.add_parser("verify-receipt", help="check an erasure receipt (a JSON file) against the database")
+    p.add_argument("file")
+    p.set_defaults(func=cmd_verify_receipt)
 
     p = sub.add_parser("recover", help="bring back a deleted memory within its recovery window")
     p.add_argument("memory_id")

@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
@@ -32,7 +32,11 @@ from engram.domain.changes import (
     MAX_VERSION, ChangeContext, ConfirmRequest, MemoryHistory, MemoryPatch, ModifyBatchRequest, ModifyBatchResponse,
     Reason, RecoverRequest, RollbackRequest, VerifyReport,
 )
+from engram.domain.control import ControlStatus, SwitchChange
 from engram.domain.errors import DatabaseUnavailable, EngramError, RateLimited, VersionConflict
+from engram.domain.forget import (
+    Decision, ForgetExecute, ForgetPreview, ForgetRequest, ForgetStatus, OperationList, UndoResult,
+)
 from engram.domain.models import (
     MAX_LIMIT, ApiKey, CreatedKey, Job, KeyList, KeyRequest, Memory, MemoryPage, RememberBatchRequest,
     RememberBatchResponse, RememberRequest, RememberResponse, Scope, ScopeId, SearchFilters, SearchRequest,
@@ -57,6 +61,7 @@ _MEANING = {
           "(`pinned`), a person's lock (`manual_override`), a deleted or quarantined memory."),
     410: "The memory was deleted longer ago than its recovery window.",
     413: f"The request body is over {MAX_BODY_BYTES} bytes.",
+    423: "Mutations are frozen (everywhere, or in this scope) by an operator or a delete spike: nothing was changed.",
     422: "The request is not valid: malformed JSON, a wrong type, a value out of bounds.",
     429: "Too many changes from this key: retry after `Retry-After` seconds.",
     503: "A component the request needs is unavailable (the database, the embedding model); retry later.",
@@ -94,6 +99,19 @@ def service(request: Request):
 
 def changes(request: Request):
     return request.app.state.runtime.changes
+
+
+def forgets(request: Request):
+    return request.app.state.runtime.forgets
+
+
+OperationId = Annotated[str, Path(pattern=r"^forget-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+                                  max_length=43)]
+
+
+class ReceiptCheck(BaseModel):
+    ok: bool
+    problems: list[str]
 
 
 def _change_context(
@@ -183,14 +201,15 @@ def create_app(runtime_factory) -> FastAPI:
         ready = all(part.get("ok") for part in state.values())
         return JSONResponse(status_code=200 if ready else 503, content={"ready": ready, "components": state})
 
-    @app.post("/api/memory/remember", response_model=RememberResponse, responses=_errors(401, 403, 409, 413, 422, 503))
+    @app.post("/api/memory/remember", response_model=RememberResponse,
+              responses=_errors(401, 403, 409, 413, 422, 423, 503))
     async def remember(body: RememberRequest, request: Request, caller: Caller, ctx: Context):
         if ctx.idempotency_key and body.idempotency_key is None:  # the header serves as the body's field
             body = body.model_copy(update={"idempotency_key": ctx.idempotency_key})
         return await service(request).remember(caller, body, request_id=request.state.request_id, path=ctx.path)
 
     @app.post("/api/memory/remember/batch", response_model=RememberBatchResponse,
-              responses=_errors(401, 403, 413, 422, 503))
+              responses=_errors(401, 403, 413, 422, 423, 503))
     async def remember_batch(body: RememberBatchRequest, request: Request, caller: Caller, ctx: Context):
         """Remember up to ENGRAM_REMEMBER_BATCH_MAX items at once: each is stored, or answered
         with its own error, and processed later (poll the returned import job for progress)."""
@@ -234,13 +253,13 @@ def create_app(runtime_factory) -> FastAPI:
                                            cursor=cursor, limit=limit, status=status)
 
     @app.patch("/api/memory/{memory_id:uuid}", response_model=Memory,
-               responses=_errors(401, 403, 404, 409, 413, 422, 429, 503))
+               responses=_errors(401, 403, 404, 409, 413, 422, 423, 429, 503))
     async def modify(memory_id: UUID, body: MemoryPatch, request: Request, caller: Caller, ctx: Context):
         """Change some of a memory's fields, with a reason; `if_version` makes it conditional."""
         return await changes(request).modify(caller, memory_id, body, ctx)
 
     @app.delete("/api/memory/{memory_id:uuid}", response_model=Memory,
-                responses=_errors(401, 403, 404, 409, 422, 429, 503))
+                responses=_errors(401, 403, 404, 409, 422, 423, 429, 503))
     async def forget(memory_id: UUID, request: Request, caller: Caller, ctx: Context,
                      reason: Annotated[Reason, Query()], force: bool = False,
                      if_version: Annotated[int | None, Query(ge=1, le=MAX_VERSION)] = None):
@@ -250,18 +269,18 @@ def create_app(runtime_factory) -> FastAPI:
                                              ctx=ctx)
 
     @app.post("/api/memory/{memory_id:uuid}/recover", response_model=Memory,
-              responses=_errors(401, 403, 404, 409, 410, 413, 422, 429, 503))
+              responses=_errors(401, 403, 404, 409, 410, 413, 422, 423, 429, 503))
     async def recover(memory_id: UUID, body: RecoverRequest, request: Request, caller: Caller, ctx: Context):
         return await changes(request).recover(caller, memory_id, body, ctx)
 
     @app.post("/api/memory/{memory_id:uuid}/rollback", response_model=Memory,
-              responses=_errors(401, 403, 404, 409, 413, 422, 429, 503))
+              responses=_errors(401, 403, 404, 409, 413, 422, 423, 429, 503))
     async def rollback(memory_id: UUID, body: RollbackRequest, request: Request, caller: Caller, ctx: Context):
         """Write a new version equal to an earlier one."""
         return await changes(request).rollback(caller, memory_id, body, ctx)
 
     @app.post("/api/memory/{memory_id:uuid}/confirm", response_model=Memory,
-              responses=_errors(401, 403, 404, 409, 413, 422, 503))
+              responses=_errors(401, 403, 404, 409, 413, 422, 423, 503))
     async def confirm(memory_id: UUID, body: ConfirmRequest, request: Request, caller: Caller, ctx: Context):
         """Operators: accept a quarantined memory's row as it is now."""
         return await changes(request).confirm(caller, memory_id, body, ctx)
@@ -272,10 +291,65 @@ def create_app(runtime_factory) -> FastAPI:
         return await changes(request).history(caller, memory_id)
 
     @app.post("/api/memory/modify", response_model=ModifyBatchResponse,
-              responses=_errors(401, 403, 409, 413, 422, 503))
+              responses=_errors(401, 403, 409, 413, 422, 423, 503))
     async def modify_batch(body: ModifyBatchRequest, request: Request, caller: Caller, ctx: Context):
         """Apply a batch of patches (each with its memory's `id`), each on its own."""
         return await changes(request).modify_batch(caller, body.items, ctx)
+
+    @app.post("/api/memory/forget", response_model=ForgetPreview,
+              responses=_errors(401, 403, 404, 409, 413, 422, 423, 503))
+    async def forget_preview(body: ForgetRequest, request: Request, caller: Caller):
+        """Preview a batch forget: the exact set (by query, filters or ids) and the token that
+        confirms it. Changes nothing."""
+        return await forgets(request).preview(caller, body)
+
+    @app.post("/api/memory/forget/{operation_id}/execute", response_model=ForgetStatus,
+              responses=_errors(401, 403, 404, 409, 410, 413, 422, 423, 503))
+    async def forget_execute(operation_id: OperationId, body: ForgetExecute, request: Request, caller: Caller,
+                             ctx: Context):
+        """Confirm a previewed batch forget with its token; above the approval threshold it
+        then waits for an operator's approval."""
+        return await forgets(request).execute(caller, operation_id, body, ctx)
+
+    @app.get("/api/memory/forget/{operation_id}", response_model=ForgetStatus, responses=_errors(401, 404, 422, 503))
+    async def forget_status(operation_id: OperationId, request: Request, caller: Caller):
+        return await forgets(request).status(caller, operation_id)
+
+    @app.post("/api/memory/forget/{operation_id}/undo", response_model=UndoResult,
+              responses=_errors(401, 403, 404, 409, 413, 422, 503))
+    async def forget_undo(operation_id: OperationId, body: Decision, request: Request, caller: Caller, ctx: Context):
+        """Recover exactly what a finished batch forget deleted (within the tombstone window)."""
+        return await forgets(request).undo(caller, operation_id, body, ctx)
+
+    @app.get("/api/approvals", response_model=OperationList, responses=_errors(401, 403, 503))
+    async def approvals(request: Request, caller: Caller):
+        return await forgets(request).approvals(caller)
+
+    @app.post("/api/approvals/{operation_id}/approve", response_model=ForgetStatus,
+              responses=_errors(401, 403, 404, 409, 413, 422, 503))
+    async def approve(operation_id: OperationId, body: Decision, request: Request, caller: Caller):
+        return await forgets(request).decide(caller, operation_id, True, body)
+
+    @app.post("/api/approvals/{operation_id}/reject", response_model=ForgetStatus,
+              responses=_errors(401, 403, 404, 409, 413, 422, 503))
+    async def reject(operation_id: OperationId, body: Decision, request: Request, caller: Caller):
+        return await forgets(request).decide(caller, operation_id, False, body)
+
+    @app.post("/api/receipts/verify", response_model=ReceiptCheck, responses=_errors(401, 413, 422, 503))
+    async def verify_receipt(body: dict[str, Any], request: Request, caller: Caller):
+        """Check an erasure receipt: its signature, and each DELETE it names against history."""
+        problems = await forgets(request).check_receipt(caller, body)
+        return ReceiptCheck(ok=not problems, problems=problems)
+
+    @app.get("/api/control", response_model=ControlStatus, responses=_errors(401, 503))
+    async def control_status(request: Request, caller: Caller):
+        """The operational switches: the mutation freeze (global and per scope) and the kill switch."""
+        return await request.app.state.runtime.control.status(caller)
+
+    @app.post("/api/control", response_model=ControlStatus, responses=_errors(401, 403, 413, 422, 503))
+    async def control_change(body: SwitchChange, request: Request, caller: Caller):
+        """Operators: flip a switch (the ControlWorkflow's validated `change` update), with a reason."""
+        return await request.app.state.runtime.control.change(caller, body)
 
     @app.get("/api/admin/verify", response_model=VerifyReport, responses=_errors(401, 403, 503))
     async def verify(request: Request, caller: Caller):

@@ -21,9 +21,12 @@ How mem0's concepts map onto Engram's:
   unless null.
 * An update or delete without a `reason` records "via the mem0-compatible API"; every change
   made here has `path: mem0` in its history.
-* `delete_all`, deleting an entity (`delete_users`, `reset`), `delete_linked` and a batch
-  delete of more than BATCH_FORGET_THRESHOLD memories are batch forgets, which Engram does not
-  offer yet: 501 `batch_forget_unsupported`, nothing deleted. A batch delete within the
+* `delete_all` is a batch forget of the scope: it previews one (engram.forget) and answers 409
+  `confirmation_required` with the operation, its candidates and its confirm token; nothing is
+  deleted until the token comes back to Engram's own execute endpoint (and, above the approval
+  threshold, an operator approves). Deleting an entity (`delete_users`, `reset`),
+  `delete_linked` and a batch delete of more than BATCH_FORGET_THRESHOLD memories are refused
+  (501 `batch_forget_unsupported`, nothing deleted): use delete_all. A batch delete within the
   threshold deletes each memory by id. So does a batch update (at most 100), each with the
   reason; every id is checked first, so a missing one changes nothing.
 * A deleted memory answers 404, as on mem0; its history stays readable. A memory in a scope
@@ -49,34 +52,37 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.mem0_wire import (
-    AddBody, BatchDeleteBody, BatchUpdateBody, GetAllBody, SearchBody, UpdateBody, history_entries, select,
-    shown,
+    AddBody, BatchDeleteBody, BatchUpdateBody, GetAllBody, SearchBody, UpdateBody, history_entries, scope_of_repr,
+    select, shown,
 )
 from engram.domain.auth import Principal
 from engram.domain.changes import ChangeContext, MemoryPatch, Reason
 from engram.domain.errors import (
     DatabaseUnavailable, EngramError, NotFound, RateLimited, Unauthenticated, ValidationFailed, VersionConflict,
 )
-from engram.domain.models import MAX_LIMIT, Memory, RememberRequest, SearchRequest
+from engram.domain.forget import MAX_FORGET_IDS, ForgetRequest
+from engram.domain.models import MAX_LIMIT, Memory, RememberRequest, Scope, SearchRequest
 
 REASON = "via the mem0-compatible API"
-BATCH_FORGET_THRESHOLD = 25  # more memories than this in one forget would need an operator's approval
+BATCH_FORGET_THRESHOLD = 25  # the default APPROVAL_THRESHOLD: a batch delete above it is a batch forget
 ORG_ID, PROJECT_ID = "engram", "default"  # the ping must name both; Engram has neither
 MAX_PAGE_SIZE = 1_000
-_NO_BATCH_FORGET = ("Engram does not offer batch forgets yet (forgetting more than {n} memories at once will need "
-                    "an operator's approval); nothing was deleted. Delete memories by id (DELETE /v1/memories/{{id}}/) "
-                    "or in batches of at most {n} (DELETE /v1/batch/).")
+_NO_BATCH_FORGET = ("Forgetting more than {n} memories at once goes through a previewed, confirmed batch forget "
+                    "(delete_all, or POST /api/memory/forget with ids); nothing was deleted. Delete memories by id "
+                    "(DELETE /v1/memories/{{id}}/) or in batches of at most {n} (DELETE /v1/batch/).")
 
 
 # -- errors -------------------------------------------------------------------------------------
 
 class Refused(EngramError):
-    """What this surface declines to do, with its own status and type."""
+    """What this surface declines to do, with its own status and type (and more fields in the
+    error, `extra`)."""
 
-    def __init__(self, status: int, type_: str, detail: str) -> None:
+    def __init__(self, status: int, type_: str, detail: str, **extra: Any) -> None:
         super().__init__(detail)
         self.http_status = status
         self.type = type_
+        self.extra = extra
 
 
 def _batch_forget_refused(what: str) -> Refused:
@@ -109,6 +115,7 @@ def _domain_error(exc: EngramError) -> JSONResponse:
     if isinstance(exc, RateLimited):
         headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))}
     extra = {"current_version": exc.current_version} if isinstance(exc, VersionConflict) else {}
+    extra |= getattr(exc, "extra", {})
     return error_response(exc.http_status, exc.type, exc.detail, headers=headers, **extra)
 
 
@@ -161,6 +168,10 @@ Context = Annotated[ChangeContext, Depends(_context)]
 
 def _service(request: Request):
     return request.app.state.runtime.service
+
+
+def _forgets(request: Request):
+    return request.app.state.runtime.forgets
 
 
 def _changes(request: Request):
@@ -304,8 +315,22 @@ async def delete_memory(memory_id: str, request: Request, caller: Caller, ctx: C
 
 
 @router.delete("/v1/memories/")
-async def delete_all(caller: Caller):
-    raise _batch_forget_refused("delete_all")
+async def delete_all(request: Request, caller: Caller, user_id: str | None = None, agent_id: str | None = None,
+                     run_id: str | None = None, filters: str | None = None):
+    """A batch forget of the whole scope: previewed (nothing deleted) and answered 409
+    `confirmation_required` with the operation and its token, which Engram's own
+    POST /api/memory/forget/{id}/execute takes. Never a silent wipe."""
+    parts = {k: v for k, v in (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id)) if v}
+    if filters:
+        parts |= scope_of_repr(filters)
+    preview = await _forgets(request).preview(caller, ForgetRequest(
+        scope=Scope(**parts), everything=True, limit=MAX_FORGET_IDS, reason=REASON))
+    raise Refused(409, "confirmation_required", (
+        f"delete_all is a batch forget: {len(preview.candidates)} memories are previewed as operation "
+        f"{preview.operation_id} and nothing was deleted. Confirm it with POST /api/memory/forget/"
+        f"{preview.operation_id}/execute and its confirm_token before {preview.expires_at.isoformat()}"
+        + ("; an operator other than you must then approve it" if preview.needs_approval else "")),
+        preview=preview.model_dump(mode="json"))
 
 
 @router.get("/v1/memories/{memory_id}/history/")

@@ -4,6 +4,7 @@ terms, and memories and history shown as mem0 shows them."""
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
@@ -269,3 +270,16 @@ def history_entries(h: MemoryHistory) -> list[dict[str, Any]]:
         })
         text = after
     return entries
+
+
+def scope_of_repr(text: str) -> dict[str, str]:
+    """The scope parts in `delete_all`'s `filters` query parameter, which the client sends as a
+    Python repr ({'user_id': 'alice'}), read as a literal, never evaluated."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        raise ValidationFailed("filters: a dict of user_id, agent_id, run_id") from None
+    if not isinstance(value, dict) or not value or not set(value) <= set(PARTS) \
+            or not all(isinstance(v, str) for v in value.values()):
+        raise ValidationFailed("filters: a dict of user_id, agent_id, run_id (strings)")
+    return value

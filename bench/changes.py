@@ -1,4 +1,6 @@
-"""Single-id modify and forget latency, with search at 10k memories in one scope, in one run.
+"""Single-id modify and forget latency, with search at 10k memories in one scope, in one run;
+then batch forget (preview p95, 1,000 items from confirmation to receipt) and the time from a
+freeze to the first refused change.
 
 A data directory is loaded offline with 10,000 memories in one scope (bench/scale_corpus.py, the
 LoCoMo dev turns), `engram up` serves it, and one keep-alive client measures, one request at a
@@ -104,8 +106,13 @@ def main(argv: list[str] | None = None) -> Path:
                                                                                           range(min(4 * n, size // 3))])
             rows["search, while a second client modifies"] = loaded_search
             rows["modify labels, beside those searches"] = modifier
+            rows["batch forget preview (query, limit 100)"] = _series(client, [
+                ("POST", "/api/memory/forget", {"json": {"scope": scope, "query": q, "limit": 100, "reason": "bench"}})
+                for q in asks[:n // 3]])
+            forget_run = _forget_thousand(svc, scope, [next(picks) for _ in range(1_000)])
+            freeze_s = _freeze_to_refusal(svc, scope, next(picks))
             verify = svc.client.get("/api/admin/verify", timeout=600).json()
-    body = _report(rows, size, n, model, verify)
+    body = _report(rows, size, n, model, verify, forget_run, freeze_s)
     name = "changes-quick" if args.quick else "changes"
     path = common.write_report(name, "Engram modify and forget latency, with search at one big scope", body,
                                started=started)
@@ -151,7 +158,43 @@ def _under_writes(svc: common.Service, asks: list[str], scope: dict, targets: li
     return searched, modify_ms
 
 
-def _report(rows: dict[str, list[float]], size: int, n: int, model: str, verify: dict) -> str:
+def _forget_thousand(svc: common.Service, scope: dict, ids: list[str]) -> dict[str, float]:
+    """A batch forget of 1,000 memories by id (an operator approves it, as the threshold asks):
+    seconds from the confirmation to the receipt, and from the approval to it."""
+    client = svc.client
+    preview = client.post("/api/memory/forget", json={"scope": scope, "ids": ids, "limit": 1000,
+                                                       "reason": "bench"}).json()
+    operator = client.post("/api/keys", json={"name": f"bench-approver-{time.time_ns()}", "role": "operator",
+                                              "scopes": ["*"]}).json()["key"]
+    confirmed = time.perf_counter()
+    client.post(f"/api/memory/forget/{preview['operation_id']}/execute",
+                json={"confirm_token": preview["confirm_token"]}).raise_for_status()
+    approved = time.perf_counter()
+    client.post(f"/api/approvals/{preview['operation_id']}/approve", json={"reason": "bench"},
+                headers={"Authorization": f"Bearer {operator}"}).raise_for_status()
+    while (status := client.get(f"/api/memory/forget/{preview['operation_id']}").json())["status"] != "done":
+        time.sleep(0.05)
+    done = time.perf_counter()
+    return {"items": status["receipt"]["deleted"], "confirm_to_receipt_s": done - confirmed,
+            "approval_to_receipt_s": done - approved}
+
+
+def _freeze_to_refusal(svc: common.Service, scope: dict, memory_id: str) -> float:
+    """Seconds from the freeze's answer to the first change refused (423), by another client."""
+    with httpx.Client(base_url=svc.url, headers=svc.headers(), timeout=30) as other:
+        other.patch(f"/api/memory/{memory_id}", json={"tags": ["before"], "reason": "bench"}).raise_for_status()
+        svc.client.post("/api/control", json={"switch": "freeze", "on": True, "reason": "bench"}).raise_for_status()
+        frozen = time.perf_counter()
+        k = 0
+        while other.patch(f"/api/memory/{memory_id}", json={"tags": [f"t{k}"], "reason": "bench"}).status_code != 423:
+            k += 1
+        refused = time.perf_counter() - frozen
+        svc.client.post("/api/control", json={"switch": "freeze", "on": False, "reason": "bench"}).raise_for_status()
+    return refused
+
+
+def _report(rows: dict[str, list[float]], size: int, n: int, model: str, verify: dict, forget_run: dict,
+            freeze_s: float) -> str:
     table = []
     for label, values in rows.items():
         p = common.percentiles(values)
@@ -182,6 +225,16 @@ def _report(rows: dict[str, list[float]], size: int, n: int, model: str, verify:
         "",
         f"`engram verify` over the result: ok={verify.get('ok')}, {verify.get('memories')} memories, "
         f"{verify.get('events')} events, {len(verify.get('breaks', []))} breaks.",
+        "",
+        "## Batch forget and the freeze",
+        "",
+        f"- A batch forget of {forget_run['items']:,} memories by id (above the approval threshold, so an operator "
+        f"approves it): {forget_run['confirm_to_receipt_s']:.1f} s from the confirmation to the signed receipt, "
+        f"{forget_run['approval_to_receipt_s']:.1f} s from the approval "
+        f"({forget_run['items'] / forget_run['approval_to_receipt_s']:.0f} deletes/s, each with its audited DELETE "
+        "event).",
+        f"- From a freeze's answer to the first change refused by another client: {freeze_s * 1e3:.0f} ms (the API "
+        "process that set it; another process reads the switches at most a second old).",
     ])
 
 

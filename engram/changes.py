@@ -24,10 +24,11 @@ import asyncpg
 import numpy as np
 from pydantic import ValidationError as PydanticValidationError
 
+from engram.control import Control
 from engram.domain import auth, chain
 from engram.domain.changes import (
-    CHANGE_FIELDS, MAX_MODIFY_BATCH, ChangeContext, ConfirmRequest, HistoryEvent, MemoryHistory, MemoryPatch, ModifyBatchResponse,
-    ModifyItem, ModifyItemResult, RecoverRequest, RollbackRequest, VerifyReport,
+    CHANGE_FIELDS, MAX_MODIFY_BATCH, ChangeContext, ConfirmRequest, HistoryEvent, MemoryHistory, MemoryPatch,
+    ModifyBatchResponse, ModifyItem, ModifyItemResult, RecoverRequest, RollbackRequest, VerifyReport,
 )
 from engram.domain.errors import (
     Conflict, EngramError, Gone, NotFound, RateLimited, ValidationFailed, VersionConflict,
@@ -71,11 +72,12 @@ def _now() -> datetime:
 
 class MemoryChanges:
     def __init__(self, settings: Settings, pool: asyncpg.Pool, spaces: EmbeddingSpaces, integrity: Integrity,
-                 clock: Callable[[], datetime] = _now) -> None:
+                 control: Control, clock: Callable[[], datetime] = _now) -> None:
         self._settings = settings
         self._pool = pool
         self._spaces = spaces
         self._integrity = integrity
+        self._control = control
         self.clock = clock  # what "now" is for windows and locks; tests move it
         self._limiter = RateLimiter(settings.change_rate_per_s, settings.change_burst)
 
@@ -88,7 +90,7 @@ class MemoryChanges:
         under a person's lock), Forbidden, RateLimited, EmbeddingUnavailable."""
         principal.require("modify")
         self._throttle(principal, "modify")
-        current = await self._visible(principal, memory_id)
+        current = await self._changeable(principal, memory_id)
         change = _Change("UPDATE", patch.reason, patch.changes(), patch.if_version,
                          await self._vectors(patch.content, current))
         return await self._one(principal, ctx, "modify", memory_id, patch.model_dump(mode="json"), change)
@@ -103,10 +105,12 @@ class MemoryChanges:
         if force:
             principal.require("force_delete")
         self._throttle(principal, "forget")
-        await self._visible(principal, memory_id)
+        memory = await self._changeable(principal, memory_id)
         change = _Change("DELETE", reason, {}, if_version)
         body = {"reason": reason, "force": force, "if_version": if_version}
-        return await self._one(principal, ctx, "forget", memory_id, body, change, force=force)
+        forgotten = await self._one(principal, ctx, "forget", memory_id, body, change, force=force)
+        await self._control.note_delete(memory_id, _scope(memory))
+        return forgotten
 
     async def recover(self, principal: auth.Principal, memory_id: UUID, req: RecoverRequest,
                       ctx: ChangeContext = ChangeContext()) -> Memory:
@@ -114,7 +118,7 @@ class MemoryChanges:
         the window), Conflict (not deleted, or its content is live again in its scope)."""
         principal.require("recover")
         self._throttle(principal, "forget")
-        await self._visible(principal, memory_id)
+        await self._changeable(principal, memory_id)
         change = _Change("RECOVER", req.reason, {})
         return await self._one(principal, ctx, "recover", memory_id, req.model_dump(mode="json"), change)
 
@@ -125,7 +129,7 @@ class MemoryChanges:
         such version), Conflict (deleted, or the version has no recorded state)."""
         principal.require("rollback")
         self._throttle(principal, "modify")
-        current = await self._visible(principal, memory_id)
+        current = await self._changeable(principal, memory_id)
         # A quarantined memory may go back to its own version: to what its history recorded.
         latest = current.version if current.status == "quarantined" else current.version - 1
         if req.version > latest:
@@ -143,7 +147,7 @@ class MemoryChanges:
         """An operator accepts a quarantined memory's row as it is: active again, with a CONFIRM
         event. Raises NotFound, Conflict (not quarantined), Forbidden."""
         principal.require("maintenance")
-        await self._visible(principal, memory_id)
+        await self._changeable(principal, memory_id)
         change = _Change("CONFIRM", req.reason, {})
         return await self._one(principal, ctx, "confirm", memory_id, req.model_dump(mode="json"), change)
 
@@ -160,6 +164,13 @@ class MemoryChanges:
         """Every memory's and every scope's chain, checked in full (`engram verify`)."""
         principal.require("maintenance")
         return await self._integrity.verify_all()
+
+    async def apply_in(self, conn: asyncpg.Connection, principal: auth.Principal, memory_id: UUID, event: str, *,
+                       reason: str, if_version: int | None, ctx: ChangeContext, force: bool = False) -> Memory:
+        """A DELETE or RECOVER in the caller's transaction, as `forget` and `recover` make it
+        (a batch forget's steps: each item's delete shares a transaction with its record)."""
+        assert event in ("DELETE", "RECOVER")
+        return await self._apply(conn, principal, memory_id, _Change(event, reason, {}, if_version), ctx, force=force)
 
     # -- a batch ------------------------------------------------------------------------------
 
@@ -178,7 +189,7 @@ class MemoryChanges:
             try:
                 item = ModifyItem.model_validate(raw)
                 self._throttle(principal, "modify")
-                current = await self._visible(principal, item.id)
+                current = await self._changeable(principal, item.id)
                 change = _Change("UPDATE", item.reason, item.changes(), item.if_version,
                                  await self._vectors(item.content, current))
             except PydanticValidationError as err:
@@ -366,6 +377,12 @@ class MemoryChanges:
         memory = await repo.get(self._pool, memory_id)
         if memory is None or not principal.may_touch(_scope(memory)):
             raise NotFound(f"no memory {memory_id}")
+        return memory
+
+    async def _changeable(self, principal: auth.Principal, memory_id: UUID) -> Memory:
+        """The memory, if the caller may see it (else NotFound) and its scope is not frozen (else Frozen)."""
+        memory = await self._visible(principal, memory_id)
+        await self._control.check(_scope(memory))
         return memory
 
     async def _vectors(self, content: str | None, current: Memory) -> dict[str, np.ndarray] | None:

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from uuid import UUID
 
 import asyncpg
 
+from engram.control import Control
 from engram.domain.models import Memory
 from engram.inference.availability import Availability, ChainDown, is_outage
 from engram.inference.embedding_spaces import EmbeddingSpaces
@@ -27,6 +28,7 @@ from engram.store import memories as repo
 
 log = logging.getLogger(__name__)
 PIPELINE_ACTOR = "system:pipeline"
+KILL_SWITCH = "the kill switch is on: autonomous mutations wait (engram control kill-switch off)"
 
 
 @dataclass(frozen=True)
@@ -80,33 +82,36 @@ async def index_batch(spaces: EmbeddingSpaces, memory_ids: list[UUID]) -> int:
     return await spaces.index(memory_ids)
 
 
-async def extract_batch(pool: asyncpg.Pool, availability: Availability, job_ids: list[UUID], *, concurrency: int,
-                        retry: Retry, request_id: str) -> Settled:
+async def extract_batch(pool: asyncpg.Pool, availability: Availability, control: Control, job_ids: list[UUID], *,
+                        concurrency: int, retry: Retry, request_id: str) -> Settled:
     """Finish the batch's pending jobs: skipped (a raw save, or no provider configured),
     extracted, or parked (an outage: at once, with no call, while every provider is known to be
-    down)."""
+    down; the kill switch: while it is on, no model decides anything)."""
     pending = await jobs.of_batch(pool, job_ids)
-    settled = await _settle(pool, availability, pending, from_status="pending", owner=None, concurrency=concurrency,
-                            retry=retry, request_id=request_id)
+    settled = await _settle(pool, availability, control, pending, from_status="pending", owner=None,
+                            concurrency=concurrency, retry=retry, request_id=request_id)
     await jobs.wake_dispatcher(pool)
     return settled
 
 
-async def drain(pool: asyncpg.Pool, availability: Availability, owner: str, *, limit: int, lease_s: float,
-                concurrency: int, retry: Retry, request_id: str) -> Settled:
+async def drain(pool: asyncpg.Pool, availability: Availability, control: Control, owner: str, *, limit: int,
+                lease_s: float, concurrency: int, retry: Retry, request_id: str) -> Settled:
     """Take up to `limit` due parked jobs (and any whose earlier drain died) and finish them
-    like `extract_batch`. Takes nothing while every provider is known to be down."""
+    like `extract_batch`. Takes nothing while every provider is known to be down, or while the
+    kill switch is on."""
     if why := await availability.chain_down():
         return Settled(chain_down=why)
+    if not await control.autonomous_allowed():
+        return Settled(chain_down=KILL_SWITCH)
     leased = await jobs.lease_parked(pool, owner, limit=limit, lease_s=lease_s)
-    settled = await _settle(pool, availability, leased, from_status="leased", owner=owner, concurrency=concurrency,
-                            retry=retry, request_id=request_id)
+    settled = await _settle(pool, availability, control, leased, from_status="leased", owner=owner,
+                            concurrency=concurrency, retry=retry, request_id=request_id)
     settled.taken = len(leased)
     return settled
 
 
-async def _settle(pool: asyncpg.Pool, availability: Availability, pending: list[jobs.Pending], *, from_status: str,
-                  owner: str | None, concurrency: int, retry: Retry, request_id: str) -> Settled:
+async def _settle(pool: asyncpg.Pool, availability: Availability, control: Control, pending: list[jobs.Pending], *,
+                  from_status: str, owner: str | None, concurrency: int, retry: Retry, request_id: str) -> Settled:
     settled = Settled()
     skip = [j for j in pending if not j.extract or not availability.chain]
     if skip:
@@ -119,6 +124,10 @@ async def _settle(pool: asyncpg.Pool, availability: Availability, pending: list[
         parked = await _park_outage(pool, wanted, from_status, owner, why)
         settled.parked += parked
         settled.chain_down = why
+        return settled
+    if not await control.autonomous_allowed():  # parked like an outage: the drain takes them once it is off
+        settled.parked += await _park_outage(pool, wanted, from_status, owner, KILL_SWITCH, code="KillSwitch")
+        settled.chain_down = KILL_SWITCH
         return settled
     memories = {m.id: m for m in await repo.get_many(pool, [j.memory_id for j in wanted])}
     gate = asyncio.Semaphore(concurrency)
@@ -183,11 +192,11 @@ async def _complete_skipped(pool: asyncpg.Pool, skip: list[jobs.Pending], from_s
 
 
 async def _park_outage(pool: asyncpg.Pool, park: list[jobs.Pending], from_status: str, owner: str | None,
-                       why: str) -> int:
+                       why: str, code: str = "ProviderUnavailable") -> int:
     async with pool.acquire() as conn:
         async with conn.transaction():
             moved = set(await jobs.park(conn, [j.id for j in park], from_status=from_status, owner=owner,
-                                        error=why, code="ProviderUnavailable", counts=False))
+                                        error=why, code=code, counts=False))
             await _raw_saved(conn, [j for j in park if j.id in moved])
     return len(moved)
 

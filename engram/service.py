@@ -29,6 +29,7 @@ from engram.domain.models import (
 )
 from engram.domain.text import content_hash, normalize
 from engram.inference.availability import Availability
+from engram.control import Control
 from engram.integrity import Integrity
 from engram.recall.pipeline import Recall, RecallOptions
 from engram.settings import Settings
@@ -76,7 +77,7 @@ class _Written:
 
 class MemoryService:
     def __init__(self, settings: Settings, pool: asyncpg.Pool, recall: Recall, pipeline: Pipeline,
-                 availability: Availability, integrity: Integrity,
+                 availability: Availability, integrity: Integrity, control: Control,
                  clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
         self._settings = settings
         self._pool = pool
@@ -84,6 +85,7 @@ class MemoryService:
         self._pipeline = pipeline
         self._availability = availability
         self._integrity = integrity
+        self._control = control
         self._clock = clock
         self._background: set[asyncio.Task] = set()
         self._queue_state = (float("-inf"), (0, 0.0))  # (when read, (jobs waiting for a batch, oldest's wait))
@@ -175,6 +177,7 @@ class MemoryService:
         request).
         """
         principal.require("remember", req.scope)
+        await self._control.check(req.scope)
         s = self._settings
         timeout_ms = req.pipeline_timeout_ms if req.pipeline_timeout_ms is not None else s.pipeline_timeout_ms_default
         down = None if req.raw else await self._availability.chain_down()
@@ -215,6 +218,7 @@ class MemoryService:
             try:
                 req = RememberItem.model_validate(item)
                 principal.require("remember", req.scope)
+                await self._control.check(req.scope)
             except PydanticValidationError as err:
                 results[index] = _item_error(index, ValidationFailed(_describe(err)))
             except EngramError as err:

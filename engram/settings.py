@@ -148,6 +148,19 @@ class Settings(BaseSettings):
     manual_override_s: float = Field(default=7 * 24 * 3600.0, ge=0)
     change_rate_per_s: float = Field(default=50.0, gt=0)
     change_burst: int = Field(default=200, ge=1)
+    # Batch forget (engram.forget): at most forget_max_items per operation; above
+    # approval_threshold items (or with a pinned one) an operator other than the requester must
+    # approve within approval_ttl_s; a preview's confirm token lasts forget_confirm_ttl_s;
+    # forget_dry_run makes every execute a preview (canaries).
+    forget_max_items: int = Field(default=1_000, ge=1, le=1_000)
+    approval_threshold: int = Field(default=25, ge=0)
+    approval_ttl_s: float = Field(default=24 * 3600.0, gt=0)
+    forget_confirm_ttl_s: float = Field(default=900.0, gt=0)
+    forget_dry_run: bool = False
+    # A delete spike: more single deletes than this in one scope within the window freeze that
+    # scope (engram.control) until an operator lifts it.
+    delete_spike_threshold: int = Field(default=100, ge=1)
+    delete_spike_window_s: float = Field(default=60.0, gt=0)
     # The chain sealer: how many history events it chains into their scopes' chains per pass.
     seal_batch: int = Field(default=1_000, ge=1)
 

@@ -277,16 +277,35 @@ async def refusal(attempt, mem0) -> Exception:
     return refused.value
 
 
-async def test_delete_all_and_deleting_entities_are_refused_and_delete_nothing(client, app, mem0):
+async def test_deleting_entities_is_refused_and_deletes_nothing(client, app, mem0):
     await add_raw(client, "a memory alice keeps", user_id="alice")
-    attempts = [(lambda: client.delete_all(user_id="alice"), "batch forget"),
-                (lambda: client.delete_all(filters={"user_id": "alice"}), "batch forget"),
-                (lambda: client.delete_users(user_id="alice"), "batch forget"),
+    attempts = [(lambda: client.delete_users(user_id="alice"), "batch forget"),
                 (client.reset, "listing entities is not offered")]
     for attempt, said in attempts:
         refused = await refusal(call(attempt), mem0)
         assert (refused.error_code, said in refused.message) == ("HTTP_501", True), refused.message
     assert await deleted(app) == 0 and await app.count("SELECT count(*) FROM memories") == 1
+
+
+async def test_delete_all_previews_a_batch_forget_and_deletes_only_once_confirmed(client, app, mem0):
+    await add_raw(client, "a memory alice keeps", user_id="alice")
+    await add_raw(client, "another memory of alice", user_id="alice")
+    await add_raw(client, "bob's own memory", user_id="bob")
+    for attempt in (lambda: client.delete_all(user_id="alice"), lambda: client.delete_all(filters={"user_id": "alice"})):
+        with pytest.raises(mem0.errors.ValidationError) as refused:
+            await call(attempt)
+        assert "nothing was deleted" in refused.value.message and refused.value.error_code == "HTTP_409"
+    assert await deleted(app) == 0
+    preview = refused.value.details["error"]["preview"]
+    assert len(preview["candidates"]) == 2
+    executed = await app.post(f"/api/memory/forget/{preview['operation_id']}/execute",
+                              {"confirm_token": preview["confirm_token"]})
+    assert executed.status_code == 200, executed.text
+    deadline = asyncio.get_running_loop().time() + 30
+    while await deleted(app) < 2:
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.1)
+    assert await app.count("SELECT count(*) FROM memories WHERE NOT is_deleted") == 1
 
 
 async def test_a_memory_in_a_scope_the_key_may_not_touch_answers_as_a_missing_one(client, app, host, mem0):

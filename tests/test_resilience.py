@@ -115,3 +115,61 @@ async def _wait_job(http: httpx.Client, job_id: str, status: str, timeout_s: flo
         if time.monotonic() > deadline:
             raise AssertionError(f"job still {job['status']}: {job}")
         await asyncio.sleep(0.2)
+
+
+async def test_a_batch_forget_killed_mid_execution_resumes_without_deleting_twice(postgres, temporal, tmp_path):
+    dsn = await new_database(postgres)
+    engram = EngramProcess(
+        tmp_path / "engram", postgres_dsn=dsn, temporal_address=temporal.address,
+        temporal_task_queue=f"kill-{uuid.uuid4().hex[:6]}", llm_provider="none", approval_threshold=1000,
+        dispatcher_interval_s=0.2,
+    ).start()
+    scope = {"user_id": "hoarder"}
+    try:
+        with engram.client() as http:
+            for start in (0, 400):
+                answer = http.post("/api/memory/remember/batch", json={"items": [
+                    {"content": f"receipt number {n} from the shop", "scope": scope, "tags": ["receipts"], "raw": True}
+                    for n in range(start, start + 400)]}).json()
+                assert answer["stored"] == 400, answer
+            preview = http.post("/api/memory/forget", json={
+                "scope": scope, "filters": {"tags": ["receipts"]}, "limit": 1000, "reason": "old receipts"}).json()
+            assert len(preview["candidates"]) == 800, preview
+            executed = http.post(f"/api/memory/forget/{preview['operation_id']}/execute",
+                                 json={"confirm_token": preview["confirm_token"]})
+            assert executed.status_code == 200, executed.text
+            done = await _wait_status(http, preview["operation_id"], lambda s: s["done"] > 0)
+        assert done["done"] < 800, "the forget finished before the kill: nothing was tested"
+        assert engram.stop(signal.SIGKILL) == -signal.SIGKILL
+
+        engram.start()
+        with engram.client() as http:
+            finished = await _wait_status(http, preview["operation_id"], lambda s: s["status"] == "done", 120)
+            receipt = finished["receipt"]
+            assert receipt["deleted"] == 800 and {i["state"] for i in receipt["items"]} == {"deleted"}
+            assert http.post("/api/receipts/verify", json=receipt).json() == {"ok": True, "problems": []}
+            assert http.get("/api/memory", params={**scope, "limit": 10}).json()["items"] == []
+        import asyncpg
+
+        conn = await asyncpg.connect(dsn)
+        try:
+            deletes = await conn.fetchval("SELECT count(*) FROM memory_history WHERE event = 'DELETE'")
+            assert deletes == 800
+            assert await conn.fetchval("SELECT max(n) FROM (SELECT count(*) AS n FROM memory_history"
+                                       " WHERE event = 'DELETE' GROUP BY memory_id) d") == 1
+        finally:
+            await conn.close()
+    finally:
+        if engram.proc and engram.proc.poll() is None:
+            engram.stop()
+
+
+async def _wait_status(http: httpx.Client, operation_id: str, done, timeout_s: float = 60) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = http.get(f"/api/memory/forget/{operation_id}").json()
+        if done(status):
+            return status
+        if time.monotonic() > deadline:
+            raise AssertionError(f"operation still {status}")
+        await asyncio.sleep(0.02)

@@ -21,18 +21,22 @@ from temporalio.worker import Replayer, Worker
 
 from activities.ingest import IndexActivities, IngestActivities
 from activities.remember import RememberActivities
+from engram.control import Control
 from engram.domain.models import MemoryDraft, Scope
 from engram.inference.availability import Availability
 from engram.inference.embedding_spaces import EmbeddingSpaces, Space
 from engram.inference.providers import OllamaProvider
 from engram.inference.vector_index import EdgeIndex
 from engram.ingest_steps import Retry
+from engram.settings import Settings
 from engram.store import pool as pool_module
 from engram.store import jobs
 from engram.store import embeddings
 from tests.conftest import closed_port_url, new_database
 from tests.fakes.llm_server import FakeReply
+from workflows.control import ControlWorkflow
 from workflows.drain import ExtractionDrainWorkflow
+from workflows.forget import BatchForgetWorkflow
 from workflows.ingest import IngestWorkflow
 from workflows.models import DrainInput, IngestInput, RememberInput
 from workflows.reembed import ReembedWorkflow
@@ -115,7 +119,9 @@ async def _batch_pipeline(postgres, temporal, embedder, tmp_path, provider_url: 
         job_ids = [await _saved_memory(pool, f"Quinn restores old motorbike number {i}") for i in range(memories)]
         client = await Client.connect(temporal.address, data_converter=pydantic_data_converter)
         availability = Availability(pool, [provider], refresh_s=0)
-        ingest = IngestActivities(pool, spaces, availability, retry=Retry(30, 600), lease_s=60, concurrency=2)
+        control = Control(Settings(), pool, runs=None)  # switches read from Postgres; none is changed here
+        ingest = IngestActivities(pool, spaces, availability, control, retry=Retry(30, 600), lease_s=60,
+                                  concurrency=2)
         async with Worker(client, task_queue=queue, workflows=[IngestWorkflow, ExtractionDrainWorkflow],
                           activities=ingest.all()), \
                 Worker(client, task_queue=f"{queue}-index", activities=IndexActivities(spaces).all()):
@@ -206,6 +212,7 @@ def record_history(history: WorkflowHistory, name: str) -> None:
 @pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.stem)
 async def test_recorded_histories_replay_deterministically(path):
     history = WorkflowHistory.from_json(path.stem, path.read_text())
-    replayer = Replayer(workflows=[RememberWorkflow, ReembedWorkflow, IngestWorkflow, ExtractionDrainWorkflow],
+    replayer = Replayer(workflows=[RememberWorkflow, ReembedWorkflow, IngestWorkflow, ExtractionDrainWorkflow,
+                                   BatchForgetWorkflow, ControlWorkflow],
                         data_converter=pydantic_data_converter)
     await replayer.replay_workflow(history)

@@ -26,6 +26,8 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
+from activities.control import ControlActivities
+from activities.forget import ForgetActivities
 from activities.ingest import IndexActivities, IngestActivities
 from activities.reembed import ReembedActivities
 from activities.remember import RememberActivities
@@ -42,6 +44,8 @@ from engram.ingest_steps import Retry
 from engram.recall.pipeline import Recall
 from engram.recall.rerank import CrossEncoder, LLMReranker, Reranker, ms_marco_files
 from engram.changes import MemoryChanges
+from engram.control import Control
+from engram.forget import BatchForgets
 from engram.integrity import Integrity
 from engram.service import MemoryService
 from engram.settings import Settings
@@ -53,8 +57,12 @@ from worker.chain_sealer import ChainSealer
 from worker.index_sync import IndexSync
 from worker.outbox import Dispatcher
 from worker.startup import analyzer_of
+from worker.temporal_control import TemporalControlRuns
+from worker.temporal_forget import TemporalForgetRuns
 from worker.temporal_pipeline import TemporalPipeline, index_queue
+from workflows.control import ControlWorkflow
 from workflows.drain import ExtractionDrainWorkflow
+from workflows.forget import BatchForgetWorkflow
 from workflows.ingest import IngestWorkflow
 from workflows.reembed import ReembedWorkflow
 from workflows.remember import RememberWorkflow
@@ -100,6 +108,8 @@ class Runtime:
     client: Client
     service: MemoryService
     changes: MemoryChanges
+    forgets: BatchForgets
+    control: Control
     roles: frozenset[str] = ROLES
     lexical: VectorIndex | None = None  # the sparse BM25 index, where this process reads or writes it
     tasks: list[asyncio.Task] = field(default_factory=list)
@@ -158,25 +168,30 @@ class Runtime:
         availability = Availability(pool, providers)
         waiter = FirstPassWaiter(pool)
         integrity = Integrity(pool)
-        service = MemoryService(settings, pool, Recall(settings, pool, embedding_spaces, reranker, lexical), waiter,
-                                availability, integrity)
-        changes = MemoryChanges(settings, pool, embedding_spaces, integrity)
-        rt = cls(settings, pool, embedding_spaces, providers, client, service, changes, roles=roles, lexical=lexical)
+        control = Control(settings, pool, TemporalControlRuns(client, settings))
+        recall = Recall(settings, pool, embedding_spaces, reranker, lexical)
+        service = MemoryService(settings, pool, recall, waiter, availability, integrity, control)
+        changes = MemoryChanges(settings, pool, embedding_spaces, integrity, control)
+        forgets = BatchForgets(settings, pool, recall, changes, TemporalForgetRuns(client, settings), control)
+        rt = cls(settings, pool, embedding_spaces, providers, client, service, changes, forgets, control, roles=roles,
+                 lexical=lexical)
         if "api" in roles:
             rt._start(listen_forever(settings.postgres_dsn, {jobs.FIRST_PASS: waiter.notified,
                                                               keys.REVOKED: service.forget_principals}),
                       "api-listener")
         if "worker" in roles:
             ingest = IngestActivities(
-                pool, embedding_spaces, availability,
+                pool, embedding_spaces, availability, control,
                 retry=Retry(settings.extraction_backoff_initial_s, settings.extraction_backoff_max_s),
                 lease_s=2 * settings.drain_batch_size * (settings.llm_timeout_s + 5) / settings.extraction_concurrency,
                 concurrency=settings.extraction_concurrency,
             )
             legacy = RememberActivities(pool, embedding_spaces, providers, identity=_identity())
             rt._add_worker(Worker(client, task_queue=settings.temporal_task_queue,
-                                  workflows=[IngestWorkflow, ExtractionDrainWorkflow, ReembedWorkflow, RememberWorkflow],
-                                  activities=ingest.all() + legacy.all()))
+                                  workflows=[IngestWorkflow, ExtractionDrainWorkflow, ReembedWorkflow, RememberWorkflow,
+                                             BatchForgetWorkflow, ControlWorkflow],
+                                  activities=ingest.all() + legacy.all() + ForgetActivities(pool, changes, control).all()
+                                  + ControlActivities(pool).all()))
             dispatcher = Dispatcher(TemporalPipeline(client, pool, settings), pool, settings)
             rt._start(dispatcher.run_forever(), "outbox-dispatcher")
             rt._start(ChainSealer(pool, settings).run_forever(), "chain-sealer")

@@ -78,3 +78,61 @@ class DrainState(BaseModel):
     down: list[str]
     drained: int  # jobs this run has taken
     next_probe_in_s: float | None
+
+
+class ForgetRunInput(BaseModel):
+    operation_id: str
+    requester: str
+    needs_approval: bool
+    dry_run: bool
+    confirm_ttl_s: float
+    approval_ttl_s: float
+    chunk: int = 100
+
+
+class ForgetConfirmation(BaseModel):
+    actor: str
+    reason: str
+    stale: bool = False  # the set changed since the preview: end the operation, delete nothing
+
+
+class ForgetDecision(BaseModel):
+    """An operator's `approve` or `reject` signal (the Temporal Web UI sends it as JSON)."""
+
+    actor: str
+    role: str
+    reason: str
+
+
+class ForgetState(BaseModel):
+    status: str
+    done: int
+    approver: str | None = None
+    refused: list[str] = []  # signals the workflow did not accept, and why
+
+
+class ForgetRunResult(BaseModel):
+    status: str
+    receipt: dict | None = None
+
+
+class ControlInput(BaseModel):
+    changes_per_run: int = 500  # continue-as-new after this many changes
+
+
+class ControlChange(BaseModel):
+    """A switch change (the `change` update): by whom, with which role, and why."""
+
+    switch: Literal["freeze", "kill_switch"]
+    on: bool
+    scope: dict[str, str] | None = None
+    actor: str
+    role: str
+    reason: str
+
+
+class ControlSnapshot(BaseModel):
+    frozen: bool = False
+    kill_switch: bool = False
+    frozen_scopes: list[dict[str, str]] = []
+    changes: int = 0

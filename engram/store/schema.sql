@@ -53,6 +53,29 @@ CREATE TABLE bm25_term_stats (
 );
 CREATE UNIQUE INDEX bm25_term_stats_pkey ON public.bm25_term_stats USING btree (scope_key, term);
 
+CREATE TABLE control_events (
+    id bigint NOT NULL DEFAULT nextval('control_events_id_seq'::regclass),
+    switch text NOT NULL,
+    scope jsonb,
+    value boolean NOT NULL,
+    actor text NOT NULL,
+    role text NOT NULL,
+    reason text NOT NULL,
+    at timestamp with time zone NOT NULL DEFAULT now(),
+    CONSTRAINT control_events_pkey PRIMARY KEY (id)
+);
+CREATE UNIQUE INDEX control_events_pkey ON public.control_events USING btree (id);
+
+CREATE TABLE control_state (
+    id boolean NOT NULL DEFAULT true,
+    frozen boolean NOT NULL DEFAULT false,
+    kill_switch boolean NOT NULL DEFAULT false,
+    updated_at timestamp with time zone NOT NULL DEFAULT now(),
+    CONSTRAINT control_state_id_check CHECK (id),
+    CONSTRAINT control_state_pkey PRIMARY KEY (id)
+);
+CREATE UNIQUE INDEX control_state_pkey ON public.control_state USING btree (id);
+
 CREATE TABLE embedding_state (
     id integer NOT NULL,
     active_model text,
@@ -78,6 +101,52 @@ CREATE TABLE entities (
 );
 CREATE INDEX entities_name_idx ON public.entities USING btree (user_id, agent_id, run_id, name);
 CREATE UNIQUE INDEX entities_pkey ON public.entities USING btree (id);
+
+CREATE TABLE forget_items (
+    operation_id text NOT NULL,
+    memory_id uuid NOT NULL,
+    version integer NOT NULL,
+    content_hash text NOT NULL,
+    state text NOT NULL DEFAULT 'pending'::text,
+    deleted_version integer,
+    event_hash text,
+    CONSTRAINT forget_items_memory_id_fkey FOREIGN KEY (memory_id) REFERENCES memories(id),
+    CONSTRAINT forget_items_operation_id_fkey FOREIGN KEY (operation_id) REFERENCES forget_operations(id),
+    CONSTRAINT forget_items_pkey PRIMARY KEY (operation_id, memory_id),
+    CONSTRAINT forget_items_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'deleted'::text, 'changed'::text, 'gone'::text, 'recovered'::text])))
+);
+CREATE UNIQUE INDEX forget_items_pkey ON public.forget_items USING btree (operation_id, memory_id);
+
+CREATE TABLE forget_operations (
+    id text NOT NULL,
+    requester text NOT NULL,
+    role text NOT NULL,
+    scope jsonb NOT NULL,
+    reason text NOT NULL,
+    force boolean NOT NULL DEFAULT false,
+    needs_approval boolean NOT NULL,
+    status text NOT NULL,
+    total integer NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    approver text,
+    receipt jsonb,
+    created_at timestamp with time zone NOT NULL DEFAULT now(),
+    finished_at timestamp with time zone,
+    CONSTRAINT forget_operations_pkey PRIMARY KEY (id)
+);
+CREATE UNIQUE INDEX forget_operations_pkey ON public.forget_operations USING btree (id);
+
+CREATE TABLE frozen_scopes (
+    scope_key text NOT NULL,
+    user_id text,
+    agent_id text,
+    run_id text,
+    reason text NOT NULL,
+    frozen_by text NOT NULL,
+    frozen_at timestamp with time zone NOT NULL DEFAULT now(),
+    CONSTRAINT frozen_scopes_pkey PRIMARY KEY (scope_key)
+);
+CREATE UNIQUE INDEX frozen_scopes_pkey ON public.frozen_scopes USING btree (scope_key);
 
 CREATE TABLE idempotency_keys (
     principal text NOT NULL,
@@ -217,6 +286,7 @@ CREATE TABLE memory_history (
     CONSTRAINT memory_history_memory_id_fkey FOREIGN KEY (memory_id) REFERENCES memories(id),
     CONSTRAINT memory_history_pkey PRIMARY KEY (id)
 );
+CREATE INDEX memory_history_deletes_idx ON public.memory_history USING btree (scope_key, created_at) WHERE (event = 'DELETE'::text);
 CREATE INDEX memory_history_memory_idx ON public.memory_history USING btree (memory_id, id);
 CREATE UNIQUE INDEX memory_history_pkey ON public.memory_history USING btree (id);
 CREATE UNIQUE INDEX memory_history_scope_seq_uq ON public.memory_history USING btree (scope_key, scope_seq);
@@ -328,6 +398,13 @@ CREATE TABLE scope_chains (
     CONSTRAINT scope_chains_pkey PRIMARY KEY (scope_key)
 );
 CREATE UNIQUE INDEX scope_chains_pkey ON public.scope_chains USING btree (scope_key);
+
+CREATE TABLE service_secrets (
+    name text NOT NULL,
+    value bytea NOT NULL,
+    CONSTRAINT service_secrets_pkey PRIMARY KEY (name)
+);
+CREATE UNIQUE INDEX service_secrets_pkey ON public.service_secrets USING btree (name);
 
 CREATE OR REPLACE FUNCTION public.engram_scope_key(user_id text, agent_id text, run_id text)
  RETURNS text
