@@ -128,6 +128,17 @@ def _change_context(
 Context = Annotated[ChangeContext, Depends(_change_context)]
 
 
+def _only_query(request: Request, known: set[str]) -> None:
+    """Refuse a query parameter the operation does not take, or one given twice: a misspelt
+    `if_version` must not turn a conditional delete into an unconditional one."""
+    names = [name for name, _ in request.query_params.multi_items()]
+    problems = [{"loc": ("query", n), "msg": "not a parameter of this operation" if n not in known
+                 else "given more than once", "type": "value_error"}
+                for n in dict.fromkeys(names) if n not in known or names.count(n) > 1]
+    if problems:
+        raise RequestValidationError(problems)
+
+
 _bearer = HTTPBearer(auto_error=False, description="An Engram API key: `Authorization: Bearer <key>`.")
 _api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="An Engram API key.")
 
@@ -265,6 +276,7 @@ def create_app(runtime_factory) -> FastAPI:
                      if_version: Annotated[int | None, Query(ge=1, le=MAX_VERSION)] = None):
         """Soft-delete a memory (recoverable within the tombstone window). A pinned memory needs
         `force=true`, which only operators may send."""
+        _only_query(request, {"reason", "force", "if_version"})
         return await changes(request).forget(caller, memory_id, reason=reason, force=force, if_version=if_version,
                                              ctx=ctx)
 

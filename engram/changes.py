@@ -31,7 +31,7 @@ from engram.domain.changes import (
     ModifyBatchResponse, ModifyItem, ModifyItemResult, RecoverRequest, RollbackRequest, VerifyReport,
 )
 from engram.domain.errors import (
-    Conflict, EngramError, Gone, NotFound, RateLimited, ValidationFailed, VersionConflict,
+    Conflict, EngramError, Forbidden, Gone, NotFound, RateLimited, ValidationFailed, VersionConflict,
 )
 from engram.domain.models import ItemError, Memory, Scope
 from engram.domain.ratelimit import RateLimiter
@@ -106,7 +106,7 @@ class MemoryChanges:
             principal.require("force_delete")
         self._throttle(principal, "forget")
         memory = await self._changeable(principal, memory_id)
-        change = _Change("DELETE", reason, {}, if_version)
+        change = _Change("DELETE", reason, {}, if_version, note={"forced": True} if force and memory.pinned else None)
         body = {"reason": reason, "force": force, "if_version": if_version}
         forgotten = await self._one(principal, ctx, "forget", memory_id, body, change, force=force)
         await self._control.note_delete(memory_id, _scope(memory))
@@ -193,7 +193,8 @@ class MemoryChanges:
                 change = _Change("UPDATE", item.reason, item.changes(), item.if_version,
                                  await self._vectors(item.content, current))
             except PydanticValidationError as err:
-                results[index] = _item_error(index, None, ValidationFailed(_describe(err)))
+                results[index] = _item_error(index, raw.get("id") if isinstance(raw, dict) else None,
+                                             ValidationFailed(_describe(err)))
             except EngramError as err:
                 results[index] = _item_error(index, raw.get("id") if isinstance(raw, dict) else None, err)
             else:
@@ -285,6 +286,9 @@ class MemoryChanges:
                            "rolls it back or confirms it first")
         if event == "DELETE" and row["pinned"] and not force:
             raise Pinned(f"memory {memory_id} is pinned: deleting it needs force=true, from an operator")
+        if principal.role in auth.AUTOMATIC_ROLES and row["pinned"] and change.fields.get("pinned") is False:
+            # Else a model could unpin, then delete: the pin is a person's to lift.
+            raise Forbidden(f"memory {memory_id} is pinned: an agent may not unpin it (a person or an operator can)")
         locked_until = row["manual_override_until"]
         if principal.role in auth.AUTOMATIC_ROLES and locked_until is not None and locked_until > now:
             raise ManualOverride(f"memory {memory_id} was edited by a person and is locked against automatic "
