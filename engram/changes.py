@@ -441,7 +441,7 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, datetime):
         return chain.instant(value)
     if isinstance(value, float):
-        return float(format(value, ".6g")) if not value.is_integer() else value
+        return chain.real(value)  # importance, the one float field: compared as the `real` it is stored as
     return list(value) if isinstance(value, tuple) else value
 
 

@@ -12,18 +12,26 @@ memory shows in its scope's chain.
 
 The encoding is what Postgres gives back, not what was sent: importance is a float32 there,
 and jsonb reads an integral float back as an integer, so both are normalised before hashing.
+The hash keeps importance to 6 significant digits (the encoding chains were first sealed with);
+a row is compared with its newest event's state exactly, as the `real` it is stored as.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import struct
 from decimal import Decimal
 from datetime import datetime, timezone
 from typing import Any
 from uuid import UUID
 
 STATE_FIELDS = ("content", "type", "tags", "importance", "pinned", "metadata", "is_deleted")
+
+
+def real(value: float) -> float:
+    """`value` as a Postgres `real` (float32) column gives it back: what the row holds."""
+    return struct.unpack("f", struct.pack("f", value))[0]
 
 
 def state_of(memory: Any) -> dict[str, Any]:
@@ -82,8 +90,16 @@ def scope_link(prev_scope_hash: str | None, hash_: str) -> str:
 
 
 def same_state(row_state: dict[str, Any], recorded: dict[str, Any] | None) -> bool:
-    """Whether a row's state is the one its newest event recorded, as the hash would see them."""
-    return recorded is not None and encode({"state": row_state}) == encode({"state": recorded})
+    """Whether a row's state is the one its newest event recorded."""
+    return recorded is not None and all(_same_field(name, row_state.get(name), recorded.get(name))
+                                        for name in STATE_FIELDS)
+
+
+def _same_field(name: str, row_value: Any, recorded: Any) -> bool:
+    if name == "importance" and isinstance(row_value, (int, float)) and isinstance(recorded, (int, float)):
+        # An event may record the importance as sent (0.1234565): the row holds its float32.
+        return real(row_value) == real(recorded)
+    return encode({"state": {name: row_value}}) == encode({"state": {name: recorded}})
 
 
 def newest_mismatch(row: Any, newest: Any) -> str | None:
@@ -105,7 +121,6 @@ def newest_mismatch(row: Any, newest: Any) -> str | None:
     if newest["version"] != row["version"]:
         return f"its version {row['version']} is not its newest event's {newest['version']}"
     if not same_state(state_of(row), newest["state"]):
-        changed = [f for f in STATE_FIELDS if encode({"state": {f: state_of(row)[f]}})
-                   != encode({"state": {f: (newest["state"] or {}).get(f)}})]
+        changed = [f for f in STATE_FIELDS if not _same_field(f, state_of(row)[f], (newest["state"] or {}).get(f))]
         return f"its {', '.join(changed)} differ from what its newest history event recorded"
     return None

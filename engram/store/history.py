@@ -273,54 +273,58 @@ def memory_breaks(row: asyncpg.Record | dict, found: list[asyncpg.Record]) -> li
 
 async def verify_all(pool: asyncpg.Pool, *, batch: int = 1_000) -> tuple[int, int, list[Break]]:
     """Check every memory's chain and every scope's chain. Returns (memories checked, events
-    checked, breaks)."""
+    checked, breaks).
+
+    Everything is read in one snapshot (a repeatable-read transaction): a change or a seal that
+    commits while the check runs would otherwise show as a row ahead of its events, or a scope
+    head ahead of its chain."""
     breaks: list[Break] = []
     memories = events_checked = 0
     after = UUID(int=0)
-    while True:
-        rows = await pool.fetch(
-            "SELECT id, chain_hash, user_id, agent_id, run_id, version, content, type, tags, importance, pinned,"
-            " metadata, is_deleted FROM memories WHERE id > $1 ORDER BY id LIMIT $2",
-            after, batch,
-        )
-        if not rows:
-            break
-        found: dict[UUID, list] = {}
-        for e in await pool.fetch("SELECT * FROM memory_history WHERE memory_id = ANY($1::uuid[]) ORDER BY id",
-                                  [r["id"] for r in rows]):
-            found.setdefault(e["memory_id"], []).append(e)
-        for r in rows:
-            breaks += memory_breaks(r, found.get(r["id"], []))
-            events_checked += len(found.get(r["id"], []))
-        memories += len(rows)
-        after = rows[-1]["id"]
-    breaks += await _scope_breaks(pool)
+    async with pool.acquire() as conn:
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            while True:
+                rows = await conn.fetch(
+                    "SELECT id, chain_hash, user_id, agent_id, run_id, version, content, type, tags, importance,"
+                    " pinned, metadata, is_deleted FROM memories WHERE id > $1 ORDER BY id LIMIT $2",
+                    after, batch,
+                )
+                if not rows:
+                    break
+                found: dict[UUID, list] = {}
+                for e in await conn.fetch("SELECT * FROM memory_history WHERE memory_id = ANY($1::uuid[])"
+                                          " ORDER BY id", [r["id"] for r in rows]):
+                    found.setdefault(e["memory_id"], []).append(e)
+                for r in rows:
+                    breaks += memory_breaks(r, found.get(r["id"], []))
+                    events_checked += len(found.get(r["id"], []))
+                memories += len(rows)
+                after = rows[-1]["id"]
+            breaks += await _scope_breaks(conn)
     return memories, events_checked, breaks
 
 
-async def _scope_breaks(pool: asyncpg.Pool) -> list[Break]:
+async def _scope_breaks(conn: asyncpg.Connection) -> list[Break]:
+    """The scope chains' breaks, read in the caller's transaction."""
     breaks = []
-    heads = {r["scope_key"]: r for r in await pool.fetch("SELECT scope_key, seq, head FROM scope_chains")}
-    async with pool.acquire() as conn:
-        async with conn.transaction():
-            cursor = conn.cursor("SELECT id, scope_key, scope_seq, scope_hash, hash FROM memory_history"
-                                 " WHERE scope_seq IS NOT NULL ORDER BY scope_key, scope_seq")
-            scope_key, seq, link = None, 0, ""
-            seen: set[str] = set()
-            async for e in cursor:
-                if e["scope_key"] != scope_key:
-                    _scope_end(breaks, scope_key, seq, link, heads)
-                    scope_key, seq, link = e["scope_key"], 0, ""
-                    seen.add(scope_key)
-                if e["scope_seq"] != seq + 1:
-                    breaks.append(Break("scope", scope_key, e["id"],
-                                        f"sealed events {seq + 1}..{e['scope_seq'] - 1} are missing"))
-                link = chain.scope_link(link, e["hash"] or "")
-                if link != e["scope_hash"]:
-                    breaks.append(Break("scope", scope_key, e["id"], "does not match the scope chain (edited?)"))
-                    link = e["scope_hash"]
-                seq = e["scope_seq"]
+    heads = {r["scope_key"]: r for r in await conn.fetch("SELECT scope_key, seq, head FROM scope_chains")}
+    cursor = conn.cursor("SELECT id, scope_key, scope_seq, scope_hash, hash FROM memory_history"
+                         " WHERE scope_seq IS NOT NULL ORDER BY scope_key, scope_seq")
+    scope_key, seq, link = None, 0, ""
+    seen: set[str] = set()
+    async for e in cursor:
+        if e["scope_key"] != scope_key:
             _scope_end(breaks, scope_key, seq, link, heads)
+            scope_key, seq, link = e["scope_key"], 0, ""
+            seen.add(scope_key)
+        if e["scope_seq"] != seq + 1:
+            breaks.append(Break("scope", scope_key, e["id"], f"sealed events {seq + 1}..{e['scope_seq'] - 1} are missing"))
+        link = chain.scope_link(link, e["hash"] or "")
+        if link != e["scope_hash"]:
+            breaks.append(Break("scope", scope_key, e["id"], "does not match the scope chain (edited?)"))
+            link = e["scope_hash"]
+        seq = e["scope_seq"]
+    _scope_end(breaks, scope_key, seq, link, heads)
     for key, head in heads.items():
         if key not in seen and head["seq"] > 0:
             breaks.append(Break("scope", key, None, f"every one of its {head['seq']} sealed events is missing"))
