@@ -20,7 +20,8 @@ class ForgetActivities:
 
     @activity.defn(name="forget_set_status")
     async def set_status(self, inp: OperationStatusInput) -> bool:
-        return await steps.set_status(self._pool, inp.operation_id, inp.status, inp.approver)
+        return await steps.set_status(self._pool, inp.operation_id, inp.status, approver=inp.approver,
+                                      event=inp.event, actor=inp.actor, reason=inp.reason)
 
     @activity.defn(name="forget_delete_chunk")
     async def delete_chunk(self, inp: ForgetChunkInput) -> ForgetChunkResult:

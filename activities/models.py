@@ -132,6 +132,9 @@ class OperationStatusInput(BaseModel):
     operation_id: str
     status: str
     approver: str | None = None
+    event: str | None = None  # what the move records (default: the status), by whom and why
+    actor: str | None = None
+    reason: str | None = None
 
 
 class ForgetChunkInput(BaseModel):

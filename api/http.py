@@ -356,7 +356,7 @@ def create_app(runtime_factory) -> FastAPI:
     @app.get("/api/control", response_model=ControlStatus, responses=_errors(401, 503))
     async def control_status(request: Request, caller: Caller):
         """The operational switches: the mutation freeze (global and per scope) and the kill switch."""
-        return await request.app.state.runtime.control.status(caller)
+        return await request.app.state.runtime.control.status()
 
     @app.post("/api/control", response_model=ControlStatus, responses=_errors(401, 403, 413, 422, 503))
     async def control_change(body: SwitchChange, request: Request, caller: Caller):

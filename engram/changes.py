@@ -239,6 +239,9 @@ class MemoryChanges:
         row = await store.lock(conn, memory_id)
         if row is None or not principal.may_touch(_scope(row)):
             raise NotFound(f"no memory {memory_id}")
+        # Here, on the row's own scope, for every way a change comes (a batch forget's items and
+        # its undo too); the check before the embedding only spares a frozen change that work.
+        await self._control.check(_scope(row), conn)
         now = self.clock()
         self._admissible(principal, row, change, now, force)
         sets = self._sets(row, change, now)

@@ -27,11 +27,12 @@ from engram.domain.errors import Conflict, EngramError, Forbidden, Gone, NotFoun
 from engram.domain.filters import resolve
 from engram.domain.forget import (
     CONFIRM_SECRET, RECEIPT_SECRET, Decision, ForgetCandidate, ForgetExecute, ForgetPreview, ForgetRequest,
-    ForgetStatus, OperationList, UndoResult, sign, signed_by, token_fields,
+    ForgetEvent, ForgetStatus, OperationList, UndoResult, sign, signed_by, token_fields,
 )
 from engram.domain.models import Scope
 from engram.recall.pipeline import Recall, RecallOptions
 from engram.settings import Settings
+from engram.store import changes as store
 from engram.store import operations
 
 
@@ -161,7 +162,10 @@ class BatchForgets:
 
     async def status(self, principal: auth.Principal, operation_id: str) -> ForgetStatus:
         principal.require("read")
-        return _status(await self._visible(principal, operation_id))
+        status = _status(await self._visible(principal, operation_id))
+        status.events = [ForgetEvent.model_validate(dict(e))
+                         for e in await operations.events(self._pool, operation_id)]
+        return status
 
     async def approvals(self, principal: auth.Principal) -> OperationList:
         """Operations waiting for an operator's approval, oldest first."""
@@ -198,6 +202,7 @@ class BatchForgets:
                 recovered.append(item["memory_id"])
             except EngramError as err:
                 kept.append({"id": str(item["memory_id"]), "why": f"{err.type}: {err.detail}"})
+        await store.wake_index_sync(self._pool)
         return UndoResult(operation_id=operation_id, recovered=recovered, not_recovered=kept)
 
     async def check_receipt(self, principal: auth.Principal, receipt: dict) -> list[str]:

@@ -19,6 +19,7 @@ from uuid import UUID
 import asyncpg
 
 from engram.control import Control
+from engram.domain.control import Frozen
 from engram.domain.models import Memory
 from engram.inference.availability import Availability, ChainDown, is_outage
 from engram.inference.embedding_spaces import EmbeddingSpaces
@@ -134,15 +135,31 @@ async def _settle(pool: asyncpg.Pool, availability: Availability, control: Contr
 
     async def one(job: jobs.Pending) -> None:
         async with gate:
-            await _extract_one(pool, availability, job, memories[job.memory_id], from_status, owner, retry,
-                               request_id, settled)
+            if held := await _held(control, memories[job.memory_id]):  # checked again at each job's turn
+                settled.parked += await _park_outage(pool, [job], from_status, owner, held[1], code=held[0])
+                return
+            await _extract_one(pool, availability, control, job, memories[job.memory_id], from_status, owner,
+                               retry, request_id, settled)
 
     await asyncio.gather(*(one(j) for j in wanted))
     return settled
 
 
-async def _extract_one(pool: asyncpg.Pool, availability: Availability, job: jobs.Pending, memory: Memory,
-                       from_status: str, owner: str | None, retry: Retry, request_id: str, settled: Settled) -> None:
+async def _held(control: Control, memory: Memory, conn: asyncpg.Connection | None = None) -> tuple[str, str] | None:
+    """(code, why) when the model's output may not be written to `memory` now: the kill switch
+    is on, or its scope is frozen. The job parks, and the drain takes it up once lifted."""
+    if not await control.autonomous_allowed():
+        return "KillSwitch", KILL_SWITCH
+    try:
+        await control.check(memory.scope, conn)
+    except Frozen as err:
+        return "Frozen", err.detail
+    return None
+
+
+async def _extract_one(pool: asyncpg.Pool, availability: Availability, control: Control, job: jobs.Pending,
+                       memory: Memory, from_status: str, owner: str | None, retry: Retry, request_id: str,
+                       settled: Settled) -> None:
     try:
         found = await availability.extract(memory.content)
     except ChainDown as err:
@@ -168,14 +185,20 @@ async def _extract_one(pool: asyncpg.Pool, availability: Availability, job: jobs
         return
     async with pool.acquire() as conn:
         async with conn.transaction():
-            if not await jobs.finish_many(conn, [job.id], status="done", from_status=from_status, owner=owner):
-                return  # another run of this step finished it
-            await jobs.publish_first_pass(conn, [job.id], "processed")
-            await repo.record_extraction(
-                conn, job.memory_id, status="done", extracted=found.model_dump(mode="json"), model=found.model,
-                category=found.category, actor=PIPELINE_ACTOR, provider=found.provider,
-                prompt_version=found.prompt_version, request_id=request_id,
-            )
+            # Again where the output is written: a freeze set during the model call holds too.
+            held = await _held(control, memory, conn)
+            if held is None:
+                if not await jobs.finish_many(conn, [job.id], status="done", from_status=from_status, owner=owner):
+                    return  # another run of this step finished it
+                await jobs.publish_first_pass(conn, [job.id], "processed")
+                await repo.record_extraction(
+                    conn, job.memory_id, status="done", extracted=found.model_dump(mode="json"), model=found.model,
+                    category=found.category, actor=PIPELINE_ACTOR, provider=found.provider,
+                    prompt_version=found.prompt_version, request_id=request_id,
+                )
+    if held is not None:
+        settled.parked += await _park_outage(pool, [job], from_status, owner, held[1], code=held[0])
+        return
     settled.done += 1
 
 

@@ -10,9 +10,21 @@ import os
 import subprocess
 import sys
 import uuid
+from datetime import datetime, timezone
 
-from tests.conftest import App, serving
-from tests.test_workflow import record_history
+import pytest
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from activities.forget import ForgetActivities
+from engram.settings import Settings
+from engram.store import operations
+from engram.store import pool as pool_module
+from tests.conftest import App, new_database, serving
+from tests.test_workflow import TEST_SERVER, record_history
+from workflows.forget import BatchForgetWorkflow
+from workflows.models import ForgetConfirmation, ForgetRunInput
 
 SCOPE = {"user_id": "forgetful"}
 
@@ -210,3 +222,118 @@ async def test_the_cli_confirms_a_batch_forget_only_with_its_count(app):
         operation = json.loads(right.stdout)["operation_id"]
     await _until(app, operation, "done")
     assert await _live(app) == set()
+
+
+async def test_an_item_the_service_refuses_is_settled_refused_and_the_rest_are_deleted(app):
+    ids = await _memories(app, ["refusal one", "refusal two", "refusal three"])
+    preview = await _preview(app, ids=ids)
+    # Edited behind the service's back, then read: quarantined, at the version the preview saw.
+    await app.pool.execute("UPDATE memories SET content = 'edited in SQL' WHERE id = $1", uuid.UUID(ids[0]))
+    assert (await app.get(f"/api/memory/{ids[0]}")).json()["status"] == "quarantined"
+    assert (await _execute(app, preview)).status_code == 200
+    done = await _until(app, preview["operation_id"], "done")  # it used to retry its chunk for ever
+    states = {i["id"]: i for i in done["receipt"]["items"]}
+    assert states[ids[0]]["state"] == "refused" and "quarantined" in states[ids[0]]["refusal"]
+    assert {states[i]["state"] for i in ids[1:]} == {"deleted"} and done["receipt"]["deleted"] == 2
+    assert await _live(app) == set()  # the quarantined one is out of the list, not deleted:
+    assert (await app.get(f"/api/memory/{ids[0]}")).json()["is_deleted"] is False
+    assert [(e["event"], e["actor"]) for e in done["receipt"]["timeline"]] == [
+        ("previewed", done["requester"]), ("confirmed", done["requester"])]
+    assert done["receipt"]["confirmed_at"] == done["receipt"]["timeline"][1]["at"]
+    assert [e["event"] for e in done["events"]] == ["previewed", "confirmed", "done"]
+    assert (await app.post("/api/receipts/verify", done["receipt"])).json() == {"ok": True, "problems": []}
+
+
+async def test_a_freeze_inside_the_operations_scope_holds_its_items_and_its_undo_until_lifted(app):
+    ids = await _memories(app, ["outside the frozen part"])
+    bot = {**SCOPE, "agent_id": "bot"}
+    ids.append((await app.remember("inside the frozen part", bot, mode="async", raw=True))["memory_id"])
+    preview = await _preview(app, ids=ids)
+    assert {c["id"] for c in preview["candidates"]} == set(ids)
+
+    async def freeze(on: bool) -> None:
+        response = await app.post("/api/control", {"switch": "freeze", "on": on, "scope": bot, "reason": "hold"})
+        assert response.status_code == 200, response.text
+
+    await freeze(True)
+    assert (await _execute(app, preview)).status_code == 200
+    deadline = asyncio.get_running_loop().time() + 30
+    while ids[0] in await _live(app):
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(2)  # the chunk retries while the freeze holds: the frozen memory stays
+    held = (await app.get(f"/api/memory/forget/{preview['operation_id']}")).json()
+    assert held["status"] == "executing" and held["done"] == 1, held
+    assert (await app.get(f"/api/memory/{ids[1]}")).json()["is_deleted"] is False
+    await freeze(False)
+    await _until(app, preview["operation_id"], "done")
+    assert (await app.get(f"/api/memory/{ids[1]}")).json()["is_deleted"] is True
+    await freeze(True)
+    undone = (await app.post(f"/api/memory/forget/{preview['operation_id']}/undo", {"reason": "undo"})).json()
+    assert undone["recovered"] == [ids[0]], undone
+    assert [k["id"] for k in undone["not_recovered"]] == [ids[1]] and "frozen" in undone["not_recovered"][0]["why"]
+    assert (await app.get(f"/api/memory/{ids[1]}")).json()["is_deleted"] is True
+
+
+async def test_an_operation_that_ends_without_deleting_says_who_ended_it_and_why(make_app):
+    async with make_app(approval_threshold=0, forget_confirm_ttl_s=1.0) as app:
+        ids = await _memories(app, ["rejected one", "left to expire"])
+        rejected = await _preview(app, ids=ids[:1])
+        await _execute(app, rejected)
+        await _until(app, rejected["operation_id"], "awaiting_approval")
+        operator = await app.key("operator")
+        decided = await app.post(f"/api/approvals/{rejected['operation_id']}/reject", {"reason": "not these"},
+                                 key=operator)
+        assert decided.status_code == 200, decided.text
+        ended = await _until(app, rejected["operation_id"], "rejected")
+        handle = app.runtime.client.get_workflow_handle(rejected["operation_id"])
+        record_history(await handle.fetch_history(), "forget_rejected")
+        assert [(e["event"], e["reason"]) for e in ended["events"]] == [
+            ("previewed", "cleanup"), ("confirmed", "cleanup"), ("rejected", "not these")]
+        assert ended["events"][-1]["actor"] == ended["approver"] != ended["requester"]
+        expiring = await _preview(app, ids=ids[1:])
+        expired = await _until(app, expiring["operation_id"], "expired")
+        assert [(e["event"], e["actor"]) for e in expired["events"]] == [
+            ("previewed", expired["requester"]), ("expired", "system:batch-forget")]
+        assert "not confirmed within 1 s" in expired["events"][-1]["reason"]
+        assert await _live(app) == set(ids)
+
+
+@pytest.mark.parametrize("needs_approval", [False, True], ids=["unconfirmed", "unapproved"])
+async def test_on_the_default_time_limits_an_operation_left_waiting_expires_with_its_event(postgres, needs_approval):
+    """15 minutes to confirm and 24 hours to approve (the settings' defaults), skipped through on
+    Temporal's time-skipping server with the real workflow and its status activity."""
+    settings = Settings()
+    wait_s = settings.approval_ttl_s if needs_approval else settings.forget_confirm_ttl_s
+    pool = await pool_module.create_pool(await new_database(postgres), min_size=1, max_size=4)
+    operation_id = f"forget-{uuid.uuid4()}"
+    try:
+        async with pool.acquire() as conn:
+            await operations.create(conn, operation_id=operation_id, requester="key:r", role="writer",
+                                    scope=SCOPE, reason="cleanup", force=False, status="awaiting_confirmation",
+                                    items=[], expires_at=datetime.now(timezone.utc), needs_approval=needs_approval)
+        async with await WorkflowEnvironment.start_time_skipping(
+            test_server_existing_path=str(TEST_SERVER), data_converter=pydantic_data_converter,
+        ) as env:
+            # Only the status activity runs on these paths: nothing is deleted.
+            async with Worker(env.client, task_queue="tq", workflows=[BatchForgetWorkflow],
+                              activities=ForgetActivities(pool, changes=None, control=None).all()):
+                handle = await env.client.start_workflow(BatchForgetWorkflow.run, ForgetRunInput(
+                    operation_id=operation_id, requester="key:r", needs_approval=needs_approval, dry_run=False,
+                    confirm_ttl_s=settings.forget_confirm_ttl_s, approval_ttl_s=settings.approval_ttl_s),
+                    id=operation_id, task_queue="tq")
+                if needs_approval:
+                    await handle.execute_update(BatchForgetWorkflow.confirm,
+                                                ForgetConfirmation(actor="key:r", reason="go ahead"))
+                assert (await handle.result()).status == "expired"
+                events = (await handle.fetch_history()).events
+        # The workflow's own clock: from its start to the time limit's timer firing.
+        fired = [e for e in events if e.HasField("timer_fired_event_attributes")]
+        waited_s = (fired[-1].event_time.ToDatetime() - events[0].event_time.ToDatetime()).total_seconds()
+        assert wait_s <= waited_s < wait_s + 60, waited_s
+        assert (await operations.get(pool, operation_id))["status"] == "expired"
+        events = [(e["event"], e["actor"]) for e in await operations.events(pool, operation_id)]
+        assert events == [("previewed", "key:r"), *([("confirmed", "key:r")] if needs_approval else []),
+                          ("expired", "system:batch-forget")]
+    finally:
+        await pool.close()

@@ -7,6 +7,7 @@ import asyncio
 import time
 
 from tests.conftest import App, ollama_settings
+from tests.fakes.llm_server import FakeReply
 from tests.test_workflow import record_history
 from workflows.control import ControlWorkflow, control_workflow_id
 
@@ -137,3 +138,22 @@ async def test_the_kill_switch_stops_model_decisions_and_not_the_api(make_app, f
         await app.wait_job(answer["job_id"], "done", timeout_s=60)
         assert len(fake_llm.chat_requests()) == 1
         await asyncio.sleep(0)
+
+
+async def test_a_freeze_set_while_the_model_answers_keeps_its_output_from_being_written(make_app, fake_llm):
+    async with make_app(**ollama_settings(fake_llm), drain_idle_s=0.5) as app:
+        fake_llm.script(FakeReply.delay(3.0))
+        answer = await app.remember("Omar restores clocks", ALICE, mode="async")
+        deadline = asyncio.get_running_loop().time() + 30
+        while not fake_llm.chat_requests():
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.05)
+        await _switch(app, switch="freeze", on=True, scope=ALICE)
+        job = await app.wait_job(answer["job_id"], "parked")
+        assert job["last_error_code"] == "Frozen", job
+        events = (await app.get(f"/api/memory/{answer['memory_id']}/history")).json()["events"]
+        assert [e["event"] for e in events] == ["ADD"], events  # the model's output was not written
+        await _switch(app, switch="freeze", on=False, scope=ALICE)
+        await app.wait_job(answer["job_id"], "done", timeout_s=60)
+        events = (await app.get(f"/api/memory/{answer['memory_id']}/history")).json()["events"]
+        assert [e["event"] for e in events] == ["ADD", "UPDATE"], events

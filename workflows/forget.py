@@ -52,23 +52,27 @@ class BatchForgetWorkflow:
             await workflow.wait_condition(lambda: self._confirmation is not None,
                                           timeout=timedelta(seconds=inp.confirm_ttl_s))
         except asyncio.TimeoutError:
-            return await self._end(inp, "expired")
-        if self._confirmation.stale:
-            return await self._end(inp, "stale")
+            return await self._end(inp, "expired", reason=f"not confirmed within {inp.confirm_ttl_s:g} s")
+        confirmed = self._confirmation
+        if confirmed.stale:
+            return await self._end(inp, "stale", actor=confirmed.actor, reason="the set changed since the preview")
         if inp.dry_run:
-            return await self._end(inp, "dry_run")
+            return await self._end(inp, "dry_run", actor=confirmed.actor, reason="dry-run policy: nothing deleted")
         if inp.needs_approval:
-            await self._move(inp, "awaiting_approval")
+            await self._move(inp, "awaiting_approval", event="confirmed", actor=confirmed.actor,
+                             reason=confirmed.reason)
             try:
                 await workflow.wait_condition(lambda: self._decision is not None,
                                               timeout=timedelta(seconds=inp.approval_ttl_s))
             except asyncio.TimeoutError:
-                return await self._end(inp, "expired")
+                return await self._end(inp, "expired", reason=f"not approved within {inp.approval_ttl_s:g} s")
             approved, decision = self._decision
             self._state.approver = decision.actor
             if not approved:
-                return await self._end(inp, "rejected")
-        await self._move(inp, "executing")
+                return await self._end(inp, "rejected", actor=decision.actor, reason=decision.reason)
+            await self._move(inp, "executing", event="approved", actor=decision.actor, reason=decision.reason)
+        else:
+            await self._move(inp, "executing", event="confirmed", actor=confirmed.actor, reason=confirmed.reason)
         while True:
             chunk = await workflow.execute_activity_method(
                 ForgetActivities.delete_chunk, ForgetChunkInput(operation_id=inp.operation_id, limit=inp.chunk),
@@ -83,14 +87,19 @@ class BatchForgetWorkflow:
         await workflow.wait_condition(workflow.all_handlers_finished)
         return ForgetRunResult(status="done", receipt=receipt)
 
-    async def _move(self, inp: ForgetRunInput, status: str) -> None:
+    async def _move(self, inp: ForgetRunInput, status: str, *, event: str | None = None, actor: str | None = None,
+                    reason: str | None = None) -> None:
+        """Move the operation to `status`, recording the move (`event`, default the status) by
+        `actor` (default the workflow itself) and why."""
         self._state.status = status
         await workflow.execute_activity_method(
             ForgetActivities.set_status,
-            OperationStatusInput(operation_id=inp.operation_id, status=status, approver=self._state.approver), **_STEP)
+            OperationStatusInput(operation_id=inp.operation_id, status=status, approver=self._state.approver,
+                                 event=event, actor=actor, reason=reason), **_STEP)
 
-    async def _end(self, inp: ForgetRunInput, status: str) -> ForgetRunResult:
-        await self._move(inp, status)
+    async def _end(self, inp: ForgetRunInput, status: str, *, actor: str | None = None,
+                   reason: str | None = None) -> ForgetRunResult:
+        await self._move(inp, status, actor=actor, reason=reason)
         await workflow.wait_condition(workflow.all_handlers_finished)
         return ForgetRunResult(status=status)
 

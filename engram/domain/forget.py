@@ -84,6 +84,16 @@ class ForgetItemOutcome(BaseModel):
     content_hash: str
 
 
+class ForgetEvent(BaseModel):
+    """One move of an operation: previewed, confirmed, approved, rejected, expired, stale,
+    dry_run, executing or done; by whom and why."""
+
+    event: str
+    actor: str
+    reason: str | None
+    at: datetime
+
+
 class ForgetStatus(BaseModel):
     operation_id: str
     status: OperationStatus
@@ -96,6 +106,7 @@ class ForgetStatus(BaseModel):
     created_at: datetime
     finished_at: datetime | None
     receipt: dict[str, Any] | None = None
+    events: list[ForgetEvent] = []  # the operation's audit trail (on a single operation's status)
 
 
 class OperationList(BaseModel):

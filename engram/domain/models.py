@@ -332,6 +332,11 @@ class Memory(BaseModel):
     status: str = "active"  # active, superseded, deleted or quarantined
     manual_override_until: datetime | None = None  # a person's edit locks it against automatic ones until then
 
+    @property
+    def scope(self) -> Scope:
+        """The scope the memory belongs to (its three parts as stored, unchecked)."""
+        return Scope.model_construct(user_id=self.user_id, agent_id=self.agent_id, run_id=self.run_id)
+
 
 class ScoreComponents(BaseModel):
     vector: float

@@ -98,8 +98,8 @@ async def drop_target_vector(conn: asyncpg.Connection, memory_id: UUID, model: s
     await conn.execute("DELETE FROM memory_embeddings WHERE memory_id = $1 AND model = $2", memory_id, model)
 
 
-async def wake_index_sync(conn: asyncpg.Connection) -> None:
-    """Wake the index owner's sync loop when the caller's transaction commits."""
+async def wake_index_sync(conn: asyncpg.Connection | asyncpg.Pool) -> None:
+    """Wake the index owner's sync loop (when the caller's transaction, if any, commits)."""
     await conn.execute("SELECT pg_notify($1, '')", NEW_JOBS)
 
 

@@ -57,6 +57,8 @@ async def create(conn: asyncpg.Connection, *, operation_id: str, requester: str,
         " SELECT $1, i.id, i.version, i.hash FROM unnest($2::uuid[], $3::int[], $4::text[]) AS i(id, version, hash)",
         operation_id, [i[0] for i in items], [i[1] for i in items], [i[2] for i in items],
     )
+    await conn.execute("INSERT INTO forget_events (operation_id, event, actor, reason)"
+                       " VALUES ($1, 'previewed', $2, $3)", operation_id, requester, reason)
 
 
 async def get(conn: asyncpg.Connection | asyncpg.Pool, operation_id: str) -> asyncpg.Record | None:
@@ -89,18 +91,32 @@ async def changed_items(conn: asyncpg.Connection | asyncpg.Pool, operation_id: s
 
 
 TERMINAL = ("done", "expired", "rejected", "stale", "dry_run")
+WORKFLOW_ACTOR = "system:batch-forget"
 
 
 async def set_status(conn: asyncpg.Connection | asyncpg.Pool, operation_id: str, status: str, *,
-                     approver: str | None = None, receipt: dict | None = None) -> bool:
-    """Move the operation to `status` unless it has ended; False if it had."""
-    result = await conn.execute(
-        "UPDATE forget_operations SET status = $2, approver = coalesce($3, approver),"
-        " finished_at = CASE WHEN $2 = ANY($5::text[]) THEN now() ELSE finished_at END, receipt = coalesce($4, receipt)"
-        " WHERE id = $1 AND NOT status = ANY($5::text[])",
-        operation_id, status, approver, receipt, list(TERMINAL),
+                     approver: str | None = None, receipt: dict | None = None, event: str | None = None,
+                     actor: str = WORKFLOW_ACTOR, reason: str | None = None) -> bool:
+    """Move the operation to `status` unless it has ended, recording the move as `event`
+    (default: the status) by `actor`, in the same statement; False if it had ended."""
+    moved = await conn.fetchval(
+        """
+        WITH moved AS (
+            UPDATE forget_operations SET status = $2, approver = coalesce($3, approver),
+                finished_at = CASE WHEN $2 = ANY($5::text[]) THEN now() ELSE finished_at END,
+                receipt = coalesce($4, receipt)
+            WHERE id = $1 AND NOT status = ANY($5::text[]) RETURNING id)
+        INSERT INTO forget_events (operation_id, event, actor, reason) SELECT id, $6, $7, $8 FROM moved RETURNING id
+        """,
+        operation_id, status, approver, receipt, list(TERMINAL), event or status, actor, reason,
     )
-    return result.split()[-1] == "1"
+    return moved is not None
+
+
+async def events(conn: asyncpg.Connection | asyncpg.Pool, operation_id: str) -> list[asyncpg.Record]:
+    """The operation's moves, oldest first."""
+    return await conn.fetch("SELECT event, actor, reason, at FROM forget_events WHERE operation_id = $1 ORDER BY id",
+                            operation_id)
 
 
 async def pending_items(conn: asyncpg.Connection | asyncpg.Pool, operation_id: str, limit: int) -> list[UUID]:
@@ -115,11 +131,12 @@ async def lock_item(conn: asyncpg.Connection, operation_id: str, memory_id: UUID
 
 
 async def settle_item(conn: asyncpg.Connection, operation_id: str, memory_id: UUID, state: str, *,
-                      deleted_version: int | None = None, event_hash: str | None = None) -> None:
+                      deleted_version: int | None = None, event_hash: str | None = None,
+                      refusal: str | None = None) -> None:
     await conn.execute(
-        "UPDATE forget_items SET state = $3, deleted_version = $4, event_hash = $5"
+        "UPDATE forget_items SET state = $3, deleted_version = $4, event_hash = $5, refusal = $6"
         " WHERE operation_id = $1 AND memory_id = $2",
-        operation_id, memory_id, state, deleted_version, event_hash,
+        operation_id, memory_id, state, deleted_version, event_hash, refusal,
     )
 
 

@@ -102,6 +102,19 @@ CREATE TABLE entities (
 CREATE INDEX entities_name_idx ON public.entities USING btree (user_id, agent_id, run_id, name);
 CREATE UNIQUE INDEX entities_pkey ON public.entities USING btree (id);
 
+CREATE TABLE forget_events (
+    id bigint NOT NULL DEFAULT nextval('forget_events_id_seq'::regclass),
+    operation_id text NOT NULL,
+    event text NOT NULL,
+    actor text NOT NULL,
+    reason text,
+    at timestamp with time zone NOT NULL DEFAULT now(),
+    CONSTRAINT forget_events_operation_id_fkey FOREIGN KEY (operation_id) REFERENCES forget_operations(id),
+    CONSTRAINT forget_events_pkey PRIMARY KEY (id)
+);
+CREATE INDEX forget_events_operation_idx ON public.forget_events USING btree (operation_id, id);
+CREATE UNIQUE INDEX forget_events_pkey ON public.forget_events USING btree (id);
+
 CREATE TABLE forget_items (
     operation_id text NOT NULL,
     memory_id uuid NOT NULL,
@@ -110,10 +123,11 @@ CREATE TABLE forget_items (
     state text NOT NULL DEFAULT 'pending'::text,
     deleted_version integer,
     event_hash text,
+    refusal text,
     CONSTRAINT forget_items_memory_id_fkey FOREIGN KEY (memory_id) REFERENCES memories(id),
     CONSTRAINT forget_items_operation_id_fkey FOREIGN KEY (operation_id) REFERENCES forget_operations(id),
     CONSTRAINT forget_items_pkey PRIMARY KEY (operation_id, memory_id),
-    CONSTRAINT forget_items_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'deleted'::text, 'changed'::text, 'gone'::text, 'recovered'::text])))
+    CONSTRAINT forget_items_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'deleted'::text, 'changed'::text, 'gone'::text, 'recovered'::text, 'refused'::text])))
 );
 CREATE UNIQUE INDEX forget_items_pkey ON public.forget_items USING btree (operation_id, memory_id);
 
