@@ -223,8 +223,14 @@ def create_app(runtime_factory) -> FastAPI:
               responses=_errors(401, 403, 413, 422, 423, 503))
     async def remember_batch(body: RememberBatchRequest, request: Request, caller: Caller, ctx: Context):
         """Remember up to ENGRAM_REMEMBER_BATCH_MAX items at once: each is stored, or answered
-        with its own error, and processed later (poll the returned import job for progress)."""
-        return await service(request).remember_batch(caller, body.items, request_id=request.state.request_id,
+        with its own error, and processed later (poll the returned import job for progress). An
+        `Idempotency-Key` header keys each item that has no key of its own as `<key>:<index>`,
+        so the whole batch sent again stores nothing twice."""
+        items = body.items
+        if ctx.idempotency_key:
+            items = [{"idempotency_key": f"{ctx.idempotency_key}:{i}", **item} if isinstance(item, dict) else item
+                     for i, item in enumerate(items)]
+        return await service(request).remember_batch(caller, items, request_id=request.state.request_id,
                                                      path=ctx.path)
 
     @app.post("/api/memory/search", response_model=SearchResponse, responses=_errors(401, 403, 413, 422, 503))

@@ -24,10 +24,11 @@ How mem0's concepts map onto Engram's:
 * `delete_all` is a batch forget of the scope: it previews one (engram.forget) and answers 409
   `confirmation_required` with the operation, its candidates and its confirm token; nothing is
   deleted until the token comes back to Engram's own execute endpoint (and, above the approval
-  threshold, an operator approves). Deleting an entity (`delete_users`, `reset`),
-  `delete_linked` and a batch delete of more than BATCH_FORGET_THRESHOLD memories are refused
-  (501 `batch_forget_unsupported`, nothing deleted): use delete_all. A batch delete within the
-  threshold deletes each memory by id. So does a batch update (at most 100), each with the
+  threshold, an operator approves). So is a batch delete of more than APPROVAL_THRESHOLD
+  memories (of one scope): previewed by their ids, answered alike. Deleting an entity
+  (`delete_users`, `reset`) and `delete_linked` are refused (501 `batch_forget_unsupported`,
+  nothing deleted): use delete_all. A batch delete within the threshold deletes each memory by
+  id. So does a batch update (at most 100), each with the
   reason; every id is checked first, so a missing one changes nothing.
 * A deleted memory answers 404, as on mem0; its history stays readable. A memory in a scope
   the key may not touch answers exactly as a missing one.
@@ -60,16 +61,15 @@ from engram.domain.changes import ChangeContext, MemoryPatch, Reason
 from engram.domain.errors import (
     DatabaseUnavailable, EngramError, NotFound, RateLimited, Unauthenticated, ValidationFailed, VersionConflict,
 )
-from engram.domain.forget import MAX_FORGET_IDS, ForgetRequest
+from engram.domain.forget import MAX_FORGET_IDS, ForgetPreview, ForgetRequest
 from engram.domain.models import MAX_LIMIT, Memory, RememberRequest, Scope, SearchRequest
 
 REASON = "via the mem0-compatible API"
-BATCH_FORGET_THRESHOLD = 25  # the default APPROVAL_THRESHOLD: a batch delete above it is a batch forget
 ORG_ID, PROJECT_ID = "engram", "default"  # the ping must name both; Engram has neither
 MAX_PAGE_SIZE = 1_000
-_NO_BATCH_FORGET = ("Forgetting more than {n} memories at once goes through a previewed, confirmed batch forget "
-                    "(delete_all, or POST /api/memory/forget with ids); nothing was deleted. Delete memories by id "
-                    "(DELETE /v1/memories/{{id}}/) or in batches of at most {n} (DELETE /v1/batch/).")
+_NO_BATCH_FORGET = ("Forgetting many memories at once goes through a previewed, confirmed batch forget "
+                    "(delete_all, or POST /api/memory/forget); nothing was deleted. Delete memories by id "
+                    "(DELETE /v1/memories/{id}/) or in batches (DELETE /v1/batch/).")
 
 
 # -- errors -------------------------------------------------------------------------------------
@@ -86,8 +86,17 @@ class Refused(EngramError):
 
 
 def _batch_forget_refused(what: str) -> Refused:
-    return Refused(501, "batch_forget_unsupported",
-                   f"{what} is a batch forget. " + _NO_BATCH_FORGET.format(n=BATCH_FORGET_THRESHOLD))
+    return Refused(501, "batch_forget_unsupported", f"{what} is a batch forget. " + _NO_BATCH_FORGET)
+
+
+def _confirmation_required(what: str, preview: ForgetPreview) -> Refused:
+    """A batch forget previewed for `what`: nothing deleted until its token is confirmed."""
+    return Refused(409, "confirmation_required", (
+        f"{what} is a batch forget: {len(preview.candidates)} memories are previewed as operation "
+        f"{preview.operation_id} and nothing was deleted. Confirm it with POST /api/memory/forget/"
+        f"{preview.operation_id}/execute and its confirm_token before {preview.expires_at.isoformat()}"
+        + ("; an operator other than you must then approve it" if preview.needs_approval else "")),
+        preview=preview.model_dump(mode="json"))
 
 
 def error_response(status: int, type_: str, detail: str, headers: dict[str, str] | None = None,
@@ -325,12 +334,7 @@ async def delete_all(request: Request, caller: Caller, user_id: str | None = Non
         parts |= scope_of_repr(filters)
     preview = await _forgets(request).preview(caller, ForgetRequest(
         scope=Scope(**parts), everything=True, limit=MAX_FORGET_IDS, reason=REASON))
-    raise Refused(409, "confirmation_required", (
-        f"delete_all is a batch forget: {len(preview.candidates)} memories are previewed as operation "
-        f"{preview.operation_id} and nothing was deleted. Confirm it with POST /api/memory/forget/"
-        f"{preview.operation_id}/execute and its confirm_token before {preview.expires_at.isoformat()}"
-        + ("; an operator other than you must then approve it" if preview.needs_approval else "")),
-        preview=preview.model_dump(mode="json"))
+    raise _confirmation_required("delete_all", preview)
 
 
 @router.get("/v1/memories/{memory_id}/history/")
@@ -363,11 +367,18 @@ async def batch_update(body: BatchUpdateBody, request: Request, caller: Caller, 
 
 @router.delete("/v1/batch/")
 async def batch_delete(body: BatchDeleteBody, request: Request, caller: Caller, ctx: Context):
-    if len(body.memories) > BATCH_FORGET_THRESHOLD:
-        raise _batch_forget_refused(f"Deleting {len(body.memories)} memories at once")
     memories = await _all_live(request, caller, [item.memory_id for item in body.memories])
     if pinned := [str(m.id) for m in memories if m.pinned]:
         raise Refused(409, "pinned", f"pinned, so not deleted here: {', '.join(pinned)}; nothing was deleted")
+    if len(memories) > request.app.state.runtime.settings.approval_threshold:
+        scopes = {(m.user_id, m.agent_id, m.run_id): m.scope for m in memories}
+        if len(scopes) > 1:
+            raise Refused(409, "several_scopes", f"these {len(memories)} memories are in {len(scopes)} scopes: a "
+                          "batch delete this large is a batch forget of one scope; nothing was deleted")
+        preview = await _forgets(request).preview(caller, ForgetRequest(
+            scope=next(iter(scopes.values())), ids=[m.id for m in memories], limit=len(memories),
+            reason=body.reason or REASON))
+        raise _confirmation_required(f"Deleting {len(memories)} memories at once", preview)
     deleted: list[str] = []
     for index, memory in enumerate(memories):
         one = ChangeContext(path=ctx.path, request_id=ctx.request_id, idempotency_key=_nth(ctx.idempotency_key, index))

@@ -14,6 +14,7 @@ from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_validator
 
 from engram.domain.changes import MAX_MODIFY_BATCH, MemoryHistory, Reason
 from engram.domain.errors import ValidationFailed
+from engram.domain.forget import MAX_FORGET_IDS
 from engram.domain.models import (
     MAX_LIMIT, Content, JsonValue, Label, Memory, Metadata, Scope, ScopeId, SearchFilters, Strict, Tag, TimeRange,
 )
@@ -131,7 +132,7 @@ class BatchDeleteItem(Strict):
 
 
 class BatchDeleteBody(Strict):
-    memories: list[BatchDeleteItem] = Field(min_length=1)
+    memories: list[BatchDeleteItem] = Field(min_length=1, max_length=MAX_FORGET_IDS)
     reason: Reason | None = None
 
 

@@ -289,9 +289,10 @@ class MemoryChanges:
                            "rolls it back or confirms it first")
         if event == "DELETE" and row["pinned"] and not force:
             raise Pinned(f"memory {memory_id} is pinned: deleting it needs force=true, from an operator")
-        if principal.role in auth.AUTOMATIC_ROLES and row["pinned"] and change.fields.get("pinned") is False:
-            # Else a model could unpin, then delete: the pin is a person's to lift.
-            raise Forbidden(f"memory {memory_id} is pinned: an agent may not unpin it (a person or an operator can)")
+        if row["pinned"] and change.fields.get("pinned") is False and not principal.may("force_delete"):
+            # Else unpin, then delete, would get round the operator's force that a pinned delete needs.
+            raise Forbidden(f"memory {memory_id} is pinned: only an operator may unpin it, as only an operator may "
+                            "delete it")
         locked_until = row["manual_override_until"]
         if principal.role in auth.AUTOMATIC_ROLES and locked_until is not None and locked_until > now:
             raise ManualOverride(f"memory {memory_id} was edited by a person and is locked against automatic "

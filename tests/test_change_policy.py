@@ -744,14 +744,18 @@ async def test_a_pinned_memory_is_deleted_only_by_an_operator_with_force(app):
     assert last["state"]["pinned"] is True and last["state"]["is_deleted"] is True
 
 
-async def test_an_agent_cannot_get_round_the_pin_by_unpinning(app):
-    agent = await _key(app, "agent")
-    memory = await _raw(app, "a pinned memory an agent would like gone", pinned=True)
+async def test_only_an_operator_may_unpin_so_nobody_else_gets_round_the_pin(app):
+    memory = await _raw(app, "a pinned memory others would like gone", pinned=True)
     url = f"/api/memory/{memory['id']}"
-    await _call(app, "PATCH", url, agent, body={"pinned": False, "reason": "unpin it"})
-    await _call(app, "DELETE", url, agent, params={"reason": "now delete it"})
-    row = await _row(app, memory["id"])
-    assert (row["pinned"], row["is_deleted"]) == (True, False)
+    before = await _row(app, memory["id"])
+    for role in ("agent", "writer"):
+        key = await _key(app, role)
+        _error(await _call(app, "PATCH", url, key, body={"pinned": False, "reason": "unpin it"}), 403, "forbidden")
+        await _call(app, "DELETE", url, key, params={"reason": "now delete it"})
+        assert await _row(app, memory["id"]) == before, role
+    operator = await _key(app, "operator")
+    unpinned = await _call(app, "PATCH", url, operator, body={"pinned": False, "reason": "no longer needs a pin"})
+    assert (unpinned.status_code, unpinned.json()["pinned"]) == (200, False), unpinned.text
 
 
 # -- 8. a person's lock against an agent's changes ----------------------------------------------------------

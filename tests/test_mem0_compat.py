@@ -256,15 +256,17 @@ async def test_batch_delete_of_at_most_25_deletes_each_with_the_mem0_reason(clie
             "DELETE", "mem0", REASON)
 
 
-async def test_batch_delete_of_more_than_25_is_refused_and_deletes_nothing(client, app, mem0):
+async def test_a_batch_delete_above_the_threshold_previews_a_batch_forget_and_deletes_nothing(client, app, mem0):
     response = await app.post("/api/memory/remember/batch", {"items": [
         {"content": f"bulk note {i}", "scope": {"user_id": "alice"}, "raw": True} for i in range(26)]})
     assert response.status_code == 200, response.text
     ids = [r["memory_id"] for r in response.json()["results"]]
-    with pytest.raises(mem0.errors.MemoryError) as refused:
+    with pytest.raises(mem0.errors.ValidationError) as refused:
         await call(client.batch_delete, [{"memory_id": m} for m in ids])
-    assert refused.value.error_code == "HTTP_501" and "batch forget" in refused.value.message
+    assert refused.value.error_code == "HTTP_409" and "batch forget" in refused.value.message
     assert "nothing was deleted" in refused.value.message
+    preview = refused.value.details["error"]["preview"]
+    assert sorted(c["id"] for c in preview["candidates"]) == sorted(ids) and preview["needs_approval"] is True
     assert await deleted(app) == 0
     await call(client.batch_delete, [{"memory_id": m} for m in ids[:25]])
     assert await deleted(app) == 25

@@ -318,7 +318,8 @@ async def _scope_breaks(conn: asyncpg.Connection) -> list[Break]:
             scope_key, seq, link = e["scope_key"], 0, ""
             seen.add(scope_key)
         if e["scope_seq"] != seq + 1:
-            breaks.append(Break("scope", scope_key, e["id"], f"sealed events {seq + 1}..{e['scope_seq'] - 1} are missing"))
+            breaks.append(Break("scope", scope_key, e["id"],
+                                f"sealed events {seq + 1}..{e['scope_seq'] - 1} are missing"))
         link = chain.scope_link(link, e["hash"] or "")
         if link != e["scope_hash"]:
             breaks.append(Break("scope", scope_key, e["id"], "does not match the scope chain (edited?)"))

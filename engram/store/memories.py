@@ -48,8 +48,9 @@ async def insert_raw(conn: asyncpg.Connection, draft: MemoryDraft, *, memory_id:
     event = history.Event(
         event="ADD", version=1, actor_type=actor_type, actor_id=actor, path=path, request_id=request_id,
         session_id=draft.session_id, new_content=draft.content, new_metadata=draft.metadata,
-        state={"content": draft.content, "type": draft.type, "tags": list(draft.tags), "importance": chain.real(draft.importance),
-               "pinned": draft.pinned, "metadata": draft.metadata, "is_deleted": False})
+        state={"content": draft.content, "type": draft.type, "tags": list(draft.tags),
+               "importance": chain.real(draft.importance), "pinned": draft.pinned, "metadata": draft.metadata,
+               "is_deleted": False})
     event_args, digest = history.insert_args(memory_id, parts, event, None)
     # One statement, one round trip: the row, then (only if it was inserted) its postings and
     # its ADD event, which the foreign keys check at the statement's end.
