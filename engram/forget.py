@@ -27,7 +27,7 @@ from engram.domain.errors import Conflict, EngramError, Forbidden, Gone, NotFoun
 from engram.domain.filters import resolve
 from engram.domain.forget import (
     CONFIRM_SECRET, RECEIPT_SECRET, Decision, ForgetCandidate, ForgetExecute, ForgetPreview, ForgetRequest,
-    ForgetEvent, ForgetStatus, OperationList, UndoResult, sign, signed_by, token_fields,
+    ForgetEvent, ForgetStatus, OperationList, UndoResult, sign, signed_by, token_digest, token_fields,
 )
 from engram.domain.models import Scope
 from engram.recall.pipeline import Recall, RecallOptions
@@ -44,9 +44,9 @@ class ForgetRuns(Protocol):
     """The workflows behind batch forgets (worker/temporal_forget.py)."""
 
     async def start(self, operation_id: str, *, requester: str, needs_approval: bool, dry_run: bool,
-                    confirm_ttl_s: float, approval_ttl_s: float) -> None: ...
+                    confirm_ttl_s: float, approval_ttl_s: float, total: int, token_sha256: str) -> None: ...
 
-    async def confirm(self, operation_id: str, *, actor: str, reason: str, stale: bool) -> str:
+    async def confirm(self, operation_id: str, *, actor: str, reason: str, stale: bool, token: str) -> str:
         """The status after the confirmation; raises Conflict if the workflow refuses it."""
 
     async def decide(self, operation_id: str, *, approve: bool, actor: str, role: str, reason: str) -> None: ...
@@ -108,11 +108,11 @@ class BatchForgets:
                                         needs_approval=needs_approval,
                                         items=[(r["id"], r["version"], r["content_hash"]) for r in rows])
             secret = await operations.secret(conn, CONFIRM_SECRET)
-        await self._runs.start(operation_id, requester=principal.id, needs_approval=needs_approval,
-                               dry_run=s.forget_dry_run, confirm_ttl_s=s.forget_confirm_ttl_s,
-                               approval_ttl_s=s.approval_ttl_s)
         token = sign(secret, token_fields(operation_id, scope, [(r["id"], r["version"]) for r in rows],
                                           principal.id, expires_at))
+        await self._runs.start(operation_id, requester=principal.id, needs_approval=needs_approval,
+                               dry_run=s.forget_dry_run, confirm_ttl_s=s.forget_confirm_ttl_s,
+                               approval_ttl_s=s.approval_ttl_s, total=len(rows), token_sha256=token_digest(token))
         return ForgetPreview(
             operation_id=operation_id, status="awaiting_confirmation", total_matched=total,
             needs_approval=needs_approval, confirm_token=token, expires_at=expires_at,
@@ -140,10 +140,12 @@ class BatchForgets:
             raise Gone(f"the confirm token expired at {op['expires_at'].isoformat()}: preview again")
         changed = await operations.changed_items(self._pool, operation_id)
         if changed:
-            await self._runs.confirm(operation_id, actor=principal.id, reason=req.reason or op["reason"], stale=True)
+            await self._runs.confirm(operation_id, actor=principal.id, reason=req.reason or op["reason"], stale=True,
+                                     token=req.confirm_token)
             raise Conflict(f"{len(changed)} of the previewed memories changed since the preview "
                            f"({', '.join(map(str, changed[:10]))}): nothing was deleted; preview again")
-        await self._runs.confirm(operation_id, actor=principal.id, reason=req.reason or op["reason"], stale=False)
+        await self._runs.confirm(operation_id, actor=principal.id, reason=req.reason or op["reason"], stale=False,
+                                 token=req.confirm_token)
         return await self._status_after(operation_id, "awaiting_confirmation")
 
     async def decide(self, principal: auth.Principal, operation_id: str, approve: bool, req: Decision) -> ForgetStatus:

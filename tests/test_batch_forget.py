@@ -13,6 +13,7 @@ import uuid
 from datetime import datetime, timezone
 
 import pytest
+from temporalio.client import WorkflowUpdateFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -337,3 +338,20 @@ async def test_on_the_default_time_limits_an_operation_left_waiting_expires_with
                           ("expired", "system:batch-forget")]
     finally:
         await pool.close()
+
+
+async def test_the_workflow_takes_a_confirmation_only_with_the_previews_token(app):
+    ids = await _memories(app, ["confirmed straight through Temporal"])
+    preview = await _preview(app, ids=ids)
+    requester = (await app.get(f"/api/memory/forget/{preview['operation_id']}")).json()["requester"]
+    handle = app.runtime.client.get_workflow_handle(preview["operation_id"])
+    for token in (None, "not-the-token"):  # as an update sent from the Web UI without the API would be
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.execute_update(BatchForgetWorkflow.confirm,
+                                        ForgetConfirmation(actor=requester, reason="via the Web UI", token=token))
+    assert (await handle.query(BatchForgetWorkflow.state)).status == "awaiting_confirmation"
+    assert await _live(app) == set(ids)
+    assert (await _execute(app, preview)).status_code == 200
+    await _until(app, preview["operation_id"], "done")
+    state = await handle.query(BatchForgetWorkflow.state)
+    assert (state.status, state.done, state.total) == ("done", 1, 1)

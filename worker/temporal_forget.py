@@ -18,18 +18,19 @@ class TemporalForgetRuns:
         self._settings = settings
 
     async def start(self, operation_id: str, *, requester: str, needs_approval: bool, dry_run: bool,
-                    confirm_ttl_s: float, approval_ttl_s: float) -> None:
+                    confirm_ttl_s: float, approval_ttl_s: float, total: int, token_sha256: str) -> None:
         await self._client.start_workflow(
             BatchForgetWorkflow.run,
             ForgetRunInput(operation_id=operation_id, requester=requester, needs_approval=needs_approval,
-                           dry_run=dry_run, confirm_ttl_s=confirm_ttl_s, approval_ttl_s=approval_ttl_s),
+                           dry_run=dry_run, confirm_ttl_s=confirm_ttl_s, approval_ttl_s=approval_ttl_s, total=total,
+                           token_sha256=token_sha256),
             id=operation_id, task_queue=self._settings.temporal_task_queue)
 
-    async def confirm(self, operation_id: str, *, actor: str, reason: str, stale: bool) -> str:
+    async def confirm(self, operation_id: str, *, actor: str, reason: str, stale: bool, token: str) -> str:
         handle = self._client.get_workflow_handle(operation_id)
         try:
             return await handle.execute_update(BatchForgetWorkflow.confirm,
-                                               ForgetConfirmation(actor=actor, reason=reason, stale=stale))
+                                               ForgetConfirmation(actor=actor, reason=reason, stale=stale, token=token))
         except (WorkflowUpdateFailedError, RPCError) as err:
             cause = getattr(err, "cause", None)
             raise Conflict(f"the operation refused the confirmation: {getattr(cause, 'message', None) or err}") from None

@@ -1,9 +1,10 @@
 """BatchForgetWorkflow: one per batch forget, from its preview to its receipt.
 
 The preview (engram.forget) recorded the exact set and started this run, which then waits:
-- for its confirmation, the `confirm` update (validated: only the requester, only while
-  waiting), until the token expires (`expired`); a confirmation that found the set changed
-  ends it `stale`; under the dry-run policy a confirmation ends it `dry_run`;
+- for its confirmation, the `confirm` update (validated: only the requester, only with the
+  preview's confirm token, whose SHA-256 the run was started with, only while waiting), until
+  the token expires (`expired`); a confirmation that found the set changed ends it `stale`;
+  under the dry-run policy a confirmation ends it `dry_run`;
 - where the set needs it (above the approval threshold, or pinned memories in it), for an
   operator's `approve` or `reject` signal, until the approval's time limit (`expired`). The
   requester's own signal, or one from a role that may not approve, is refused and noted in
@@ -26,6 +27,7 @@ from temporalio.common import RetryPolicy
 with workflow.unsafe.imports_passed_through():
     from activities.forget import ForgetActivities
     from activities.models import FinishForgetInput, ForgetChunkInput, OperationStatusInput
+    from engram.domain.forget import token_digest
     from workflows.models import ForgetConfirmation, ForgetDecision, ForgetRunInput, ForgetRunResult, ForgetState
 
 _STEP = dict(start_to_close_timeout=timedelta(seconds=60),
@@ -41,10 +43,11 @@ class BatchForgetWorkflow:
     # run() begins, and its validator must know the requester.
     @workflow.init
     def __init__(self, inp: ForgetRunInput) -> None:
-        self._state = ForgetState(status="awaiting_confirmation", done=0)
+        self._state = ForgetState(status="awaiting_confirmation", done=0, total=inp.total)
         self._confirmation: ForgetConfirmation | None = None
         self._decision: tuple[bool, ForgetDecision] | None = None
         self._requester = inp.requester
+        self._token_sha256 = inp.token_sha256
 
     @workflow.run
     async def run(self, inp: ForgetRunInput) -> ForgetRunResult:
@@ -114,6 +117,9 @@ class BatchForgetWorkflow:
             raise ValueError(f"this operation is {self._state.status}, not awaiting its confirmation")
         if confirmation.actor != self._requester:
             raise ValueError("only the requester confirms an operation")
+        if self._token_sha256 is not None and (confirmation.token is None
+                                               or token_digest(confirmation.token) != self._token_sha256):
+            raise ValueError("the confirmation does not carry this operation's confirm token")
 
     @workflow.signal
     def approve(self, decision: ForgetDecision) -> None:

@@ -88,12 +88,15 @@ class ForgetRunInput(BaseModel):
     confirm_ttl_s: float
     approval_ttl_s: float
     chunk: int = 100
+    total: int = 0  # items in the set, for the progress query
+    token_sha256: str | None = None  # the confirm token's digest (runs started before it was kept: unchecked)
 
 
 class ForgetConfirmation(BaseModel):
     actor: str
     reason: str
     stale: bool = False  # the set changed since the preview: end the operation, delete nothing
+    token: str | None = None  # the preview's confirm token: the workflow checks it against its digest
 
 
 class ForgetDecision(BaseModel):
@@ -107,6 +110,7 @@ class ForgetDecision(BaseModel):
 class ForgetState(BaseModel):
     status: str
     done: int
+    total: int = 0
     approver: str | None = None
     refused: list[str] = []  # signals the workflow did not accept, and why
 

@@ -127,6 +127,12 @@ def sign(secret: bytes, fields: dict[str, Any]) -> str:
     return base64.urlsafe_b64encode(hmac.new(secret, canonical(fields), hashlib.sha256).digest()).decode().rstrip("=")
 
 
+def token_digest(token: str) -> str:
+    """What a BatchForgetWorkflow keeps of its confirm token (never the token or the secret): the
+    `confirm` update must carry a token with this digest."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
 def signed_by(secret: bytes, fields: dict[str, Any], signature: str) -> bool:
     return hmac.compare_digest(sign(secret, fields), signature)
 
