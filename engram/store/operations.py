@@ -150,6 +150,13 @@ async def scope_heads(conn: asyncpg.Connection | asyncpg.Pool, memory_ids: list[
     return {r["scope_key"]: r["head"] for r in rows}
 
 
+async def unsealed_deletes(conn: asyncpg.Connection | asyncpg.Pool, operation_id: str) -> int:
+    """The operation's DELETE events not yet in their scope's chain."""
+    # `hash IS NOT NULL` (every DELETE event has one) lets the small unsealed-events index serve.
+    return await conn.fetchval("SELECT count(*) FROM memory_history WHERE scope_seq IS NULL AND hash IS NOT NULL"
+                               " AND request_id = $1 AND event = 'DELETE'", operation_id)
+
+
 async def delete_event(conn: asyncpg.Connection | asyncpg.Pool, memory_id: UUID, operation_id: str
                        ) -> asyncpg.Record | None:
     """The DELETE event an operation wrote on a memory."""
