@@ -896,3 +896,19 @@ async def test_the_list_filters_by_status_and_hides_deleted_ones_by_default(app)
            "forbidden")
     _error(await _call(app, "GET", "/api/memory", reader, params={**scope, "status": "gone"}), 422,
            "validation_error")
+
+
+async def test_a_batch_remember_sent_again_with_its_idempotency_key_brings_back_nothing(app):
+    scope = {"user_id": f"keyed-{uuid.uuid4().hex[:8]}"}
+    body = {"items": [{"content": f"keyed batch item {i}", "scope": scope, "raw": True} for i in range(3)]}
+    headers = {"Authorization": f"Bearer {app.admin_key}", "Idempotency-Key": f"batch-{uuid.uuid4()}"}
+    first = await app.http.post("/api/memory/remember/batch", json=body, headers=headers)
+    assert first.status_code == 200, first.text
+    ids = [r["memory_id"] for r in first.json()["results"]]
+    await app.forget(ids[0])  # without the key, the same batch again would store it anew
+    again = await app.http.post("/api/memory/remember/batch", json=body, headers=headers)
+    assert again.status_code == 200, again.text
+    assert [r["memory_id"] for r in again.json()["results"]] == ids
+    assert await app.count("SELECT count(*) FROM memories WHERE user_id = $1", scope["user_id"]) == 3
+    assert await app.count("SELECT count(*) FROM memories WHERE user_id = $1 AND NOT is_deleted",
+                           scope["user_id"]) == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -225,3 +226,17 @@ async def test_the_cli_forgets_only_after_the_id_is_typed_back(app):
 async def _run(argv: list[str], env: dict, stdin: str) -> subprocess.CompletedProcess:
     return await asyncio.to_thread(subprocess.run, argv, input=stdin, env=env, capture_output=True, text=True,
                                    timeout=120)
+
+
+async def test_the_cli_verify_exits_0_on_whole_chains_and_1_naming_a_break(app):
+    memory = await _raw(app, "a memory whose chain the CLI checks")
+    await _settled(app, memory["id"])
+    async with serving(app) as url:
+        env = {**os.environ, "ENGRAM_URL": url, "ENGRAM_API_KEY": app.admin_key}
+        whole = await _run([sys.executable, "-m", "worker.cli", "verify"], env, stdin="")
+        assert whole.returncode == 0 and json.loads(whole.stdout)["ok"] is True, whole.stdout + whole.stderr
+        await app.pool.execute("UPDATE memory_history SET reason = 'rewritten' WHERE memory_id = $1",
+                               uuid.UUID(memory["id"]))
+        broken = await _run([sys.executable, "-m", "worker.cli", "verify"], env, stdin="")
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert memory["id"] in broken.stdout and json.loads(broken.stdout)["ok"] is False
