@@ -89,11 +89,14 @@ class MemoryChanges:
         another live memory of the scope holds the new content), ManualOverride (an agent
         under a person's lock), Forbidden, RateLimited, EmbeddingUnavailable."""
         principal.require("modify")
+        body = patch.model_dump(mode="json")
+        if (first := await self._first_answer(principal, ctx, "modify", memory_id, body)) is not None:
+            return Memory.model_validate(first)
         self._throttle(principal, "modify")
         current = await self._changeable(principal, memory_id)
         change = _Change("UPDATE", patch.reason, patch.changes(), patch.if_version,
                          await self._vectors(patch.content, current))
-        return await self._one(principal, ctx, "modify", memory_id, patch.model_dump(mode="json"), change)
+        return await self._one(principal, ctx, "modify", memory_id, body, change)
 
     async def forget(self, principal: auth.Principal, memory_id: UUID, *, reason: str, force: bool = False,
                      if_version: int | None = None, ctx: ChangeContext = ChangeContext()) -> Memory:
@@ -104,10 +107,12 @@ class MemoryChanges:
         principal.require("forget")
         if force:
             principal.require("force_delete")
+        body = {"reason": reason, "force": force, "if_version": if_version}
+        if (first := await self._first_answer(principal, ctx, "forget", memory_id, body)) is not None:
+            return Memory.model_validate(first)
         self._throttle(principal, "forget")
         memory = await self._changeable(principal, memory_id)
         change = _Change("DELETE", reason, {}, if_version, note={"forced": True} if force and memory.pinned else None)
-        body = {"reason": reason, "force": force, "if_version": if_version}
         forgotten = await self._one(principal, ctx, "forget", memory_id, body, change, force=force)
         await self._control.note_delete(memory_id, _scope(memory))
         return forgotten
@@ -117,10 +122,13 @@ class MemoryChanges:
         """Undo a delete within `tombstone_days`: searchable again. Raises NotFound, Gone (past
         the window), Conflict (not deleted, or its content is live again in its scope)."""
         principal.require("recover")
+        body = req.model_dump(mode="json")
+        if (first := await self._first_answer(principal, ctx, "recover", memory_id, body)) is not None:
+            return Memory.model_validate(first)
         self._throttle(principal, "forget")
         await self._changeable(principal, memory_id)
         change = _Change("RECOVER", req.reason, {})
-        return await self._one(principal, ctx, "recover", memory_id, req.model_dump(mode="json"), change)
+        return await self._one(principal, ctx, "recover", memory_id, body, change)
 
     async def rollback(self, principal: auth.Principal, memory_id: UUID, req: RollbackRequest,
                        ctx: ChangeContext = ChangeContext()) -> Memory:
@@ -128,6 +136,9 @@ class MemoryChanges:
         quarantined memory rolled back is active again. Raises NotFound, ValidationFailed (no
         such version), Conflict (deleted, or the version has no recorded state)."""
         principal.require("rollback")
+        body = req.model_dump(mode="json")
+        if (first := await self._first_answer(principal, ctx, "rollback", memory_id, body)) is not None:
+            return Memory.model_validate(first)
         self._throttle(principal, "modify")
         current = await self._changeable(principal, memory_id)
         # A quarantined memory may go back to its own version: to what its history recorded.
@@ -140,16 +151,19 @@ class MemoryChanges:
         fields = {name: state[name] for name in CHANGE_FIELDS if name in state}
         change = _Change("ROLLBACK", req.reason, fields, req.if_version,
                          await self._vectors(fields.get("content"), current), note={"rolled_back_to": req.version})
-        return await self._one(principal, ctx, "rollback", memory_id, req.model_dump(mode="json"), change)
+        return await self._one(principal, ctx, "rollback", memory_id, body, change)
 
     async def confirm(self, principal: auth.Principal, memory_id: UUID, req: ConfirmRequest,
                       ctx: ChangeContext = ChangeContext()) -> Memory:
         """An operator accepts a quarantined memory's row as it is: active again, with a CONFIRM
         event. Raises NotFound, Conflict (not quarantined), Forbidden."""
         principal.require("maintenance")
+        body = req.model_dump(mode="json")
+        if (first := await self._first_answer(principal, ctx, "confirm", memory_id, body)) is not None:
+            return Memory.model_validate(first)
         await self._changeable(principal, memory_id)
         change = _Change("CONFIRM", req.reason, {})
-        return await self._one(principal, ctx, "confirm", memory_id, req.model_dump(mode="json"), change)
+        return await self._one(principal, ctx, "confirm", memory_id, body, change)
 
     async def history(self, principal: auth.Principal, memory_id: UUID) -> MemoryHistory:
         """The memory (checked against its chain first) and its events, oldest first."""
@@ -183,6 +197,9 @@ class MemoryChanges:
         principal.require("modify")
         if len(items) > MAX_MODIFY_BATCH:
             raise ValidationFailed(f"items: at most {MAX_MODIFY_BATCH} per request (got {len(items)})")
+        body = {"items": items}
+        if (first := await self._first_answer(principal, ctx, "modify_batch", BATCH_KEY_MEMORY, body)) is not None:
+            return ModifyBatchResponse.model_validate(first)
         results: dict[int, ModifyItemResult] = {}
         valid: list[tuple[int, ModifyItem, _Change]] = []
         for index, raw in enumerate(items):
@@ -202,7 +219,7 @@ class MemoryChanges:
         valid.sort(key=lambda v: v[1].id.int)
         async with self._pool.acquire() as conn:
             async with conn.transaction():
-                replay = await self._claim(conn, principal, ctx, "modify_batch", BATCH_KEY_MEMORY, {"items": items})
+                replay = await self._claim(conn, principal, ctx, "modify_batch", BATCH_KEY_MEMORY, body)
                 if replay is not None:
                     return ModifyBatchResponse.model_validate(replay)
                 for index, item, change in valid:
@@ -406,20 +423,35 @@ class MemoryChanges:
                               f"{self._settings.change_rate_per_s:g}/s in bursts of {self._settings.change_burst}; "
                               f"retry in {wait_s:.1f} s", retry_after_s=wait_s)
 
+    async def _first_answer(self, principal: auth.Principal, ctx: ChangeContext, op: str, memory_id: UUID,
+                            body: dict) -> dict | None:
+        """The first answer to this request, when its idempotency key has one: a replay gets it
+        before the rate limit, the freeze or an embedding is consulted (it changes nothing).
+        Raises Conflict for the key used with another request."""
+        if not ctx.idempotency_key:
+            return None
+        row = await idempotency.find(self._pool, principal.id, ctx.idempotency_key)
+        if row is None or row["response"] is None:
+            return None  # not seen, or still in flight: the claim in the change's transaction decides
+        if row["request_hash"] != _request_hash(op, memory_id, body):
+            raise Conflict("Idempotency-Key was already used with a different request")
+        return row["response"]
+
     async def _claim(self, conn: asyncpg.Connection, principal: auth.Principal, ctx: ChangeContext, op: str,
                      memory_id: UUID, body: dict) -> dict | None:
         """Bind the context's idempotency key to this request; the first answer if it was
-        bound already. Raises Conflict for the key reused with another request."""
+        bound already. Raises Conflict for the key reused with another request, or still in flight."""
         if not ctx.idempotency_key:
             return None
-        request_hash = hashlib.sha256(json.dumps({"op": op, "id": str(memory_id), "body": body}, sort_keys=True,
-                                                 default=str).encode()).hexdigest()
+        request_hash = _request_hash(op, memory_id, body)
         if await idempotency.claim(conn, principal=principal.id, key=ctx.idempotency_key, request_hash=request_hash,
                                    memory_id=memory_id, job_id=None):
             return None
         row = await idempotency.find(conn, principal.id, ctx.idempotency_key)
-        if row["request_hash"] != request_hash or row["response"] is None:
+        if row["request_hash"] != request_hash:
             raise Conflict("Idempotency-Key was already used with a different request")
+        if row["response"] is None:
+            raise Conflict("a request with this Idempotency-Key is still being processed: retry shortly")
         return row["response"]
 
     async def _bind(self, conn: asyncpg.Connection, principal: auth.Principal, ctx: ChangeContext,
@@ -431,6 +463,12 @@ class MemoryChanges:
 def _scope(memory) -> Scope:
     get = memory.__getitem__ if hasattr(memory, "keys") else memory.__getattribute__
     return Scope.model_construct(user_id=get("user_id"), agent_id=get("agent_id"), run_id=get("run_id"))
+
+
+def _request_hash(op: str, memory_id: UUID, body: dict) -> str:
+    """What an idempotency key is bound to: the operation, the memory and the request's body."""
+    return hashlib.sha256(json.dumps({"op": op, "id": str(memory_id), "body": body}, sort_keys=True,
+                                     default=str).encode()).hexdigest()
 
 
 def _same(old: Any, new: Any) -> bool:

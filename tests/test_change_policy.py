@@ -912,3 +912,29 @@ async def test_a_batch_remember_sent_again_with_its_idempotency_key_brings_back_
     assert await app.count("SELECT count(*) FROM memories WHERE user_id = $1", scope["user_id"]) == 3
     assert await app.count("SELECT count(*) FROM memories WHERE user_id = $1 AND NOT is_deleted",
                            scope["user_id"]) == 2
+
+
+async def test_a_replay_answers_as_first_beyond_the_rate_limit_and_during_a_freeze(make_app):
+    async with make_app(change_rate_per_s=0.01, change_burst=2) as app:
+        writer = await _key(app, "writer")
+        memory = await _raw(app, "a memory a client retries a change to")
+        path = f"/api/memory/{memory['id']}"
+        patch = {"tags": ["retried"], "reason": "r"}
+        first = await _call(app, "PATCH", path, writer, body=patch, headers={"Idempotency-Key": "retry-1"})
+        batch = {"items": [{"id": memory["id"], "importance": 0.25, "reason": "r"}]}
+        first_batch = await _call(app, "POST", "/api/memory/modify", writer, body=batch,
+                                  headers={"Idempotency-Key": "retry-2"})
+        assert first.status_code == first_batch.status_code == 200, (first.text, first_batch.text)
+        # The burst is spent: a new change is 429, the replays answer as first.
+        _error(await _call(app, "PATCH", path, writer, body={"tags": ["new"], "reason": "r"}), 429, "rate_limited")
+        assert (await _call(app, "PATCH", path, writer, body=patch,
+                            headers={"Idempotency-Key": "retry-1"})).json() == first.json()
+        assert (await _call(app, "POST", "/api/memory/modify", writer, body=batch,
+                            headers={"Idempotency-Key": "retry-2"})).json() == first_batch.json()
+        frozen = await app.post("/api/control", {"switch": "freeze", "on": True, "reason": "hold"})
+        assert frozen.status_code == 200, frozen.text
+        operator = await _key(app, "operator")
+        _error(await _call(app, "PATCH", path, operator, body={"tags": ["new"], "reason": "r"}), 423, "frozen")
+        again = await _call(app, "PATCH", path, writer, body=patch, headers={"Idempotency-Key": "retry-1"})
+        assert (again.status_code, again.json()) == (200, first.json())
+        assert (await _row(app, memory["id"]))["version"] == 3
