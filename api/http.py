@@ -29,8 +29,8 @@ from api.mem0 import router as mem0_router
 from api.request_context import RequestContext
 from engram.domain.auth import Principal
 from engram.domain.changes import (
-    MAX_VERSION, ChangeContext, ConfirmRequest, MemoryHistory, MemoryPatch, ModifyBatchRequest, ModifyBatchResponse,
-    Reason, RecoverRequest, RollbackRequest, VerifyReport,
+    MAX_VERSION, ChangeContext, ConfirmRequest, MemoryHistory, MemoryPatch, ModelAttribution, ModifyBatchRequest,
+    ModifyBatchResponse, Reason, RecoverRequest, RollbackRequest, VerifyReport,
 )
 from engram.domain.control import ControlStatus, SwitchChange
 from engram.domain.errors import DatabaseUnavailable, EngramError, RateLimited, VersionConflict
@@ -121,8 +121,15 @@ def _change_context(
     client: Annotated[Literal["cli", "agent", "mcp"],
                       Header(alias="X-Engram-Client", description="The client the request came by, for history's "
                                                                   "`path` (absent: `http`)")] = None,
+    provider: Annotated[str | None, Header(alias="X-Engram-Provider", min_length=1, max_length=200, description=(
+        "The provider of the model that acted (an agent's own), recorded on history as declared"))] = None,
+    model: Annotated[str | None, Header(alias="X-Engram-Model", min_length=1, max_length=200, description=(
+        "The model that acted, recorded on history as declared"))] = None,
+    prompt_version: Annotated[str | None, Header(alias="X-Engram-Prompt-Version", min_length=1, max_length=200,
+                                                 description="The prompt version the model acted on")] = None,
 ) -> ChangeContext:
-    return ChangeContext(path=client or "http", request_id=request.state.request_id, idempotency_key=idempotency_key)
+    return ChangeContext(path=client or "http", request_id=request.state.request_id, idempotency_key=idempotency_key,
+                         model=ModelAttribution(provider=provider, model=model, prompt_version=prompt_version))
 
 
 Context = Annotated[ChangeContext, Depends(_change_context)]
@@ -217,7 +224,8 @@ def create_app(runtime_factory) -> FastAPI:
     async def remember(body: RememberRequest, request: Request, caller: Caller, ctx: Context):
         if ctx.idempotency_key and body.idempotency_key is None:  # the header serves as the body's field
             body = body.model_copy(update={"idempotency_key": ctx.idempotency_key})
-        return await service(request).remember(caller, body, request_id=request.state.request_id, path=ctx.path)
+        return await service(request).remember(caller, body, request_id=request.state.request_id, path=ctx.path,
+                                               model=ctx.model)
 
     @app.post("/api/memory/remember/batch", response_model=RememberBatchResponse,
               responses=_errors(401, 403, 413, 422, 423, 503))
@@ -231,7 +239,7 @@ def create_app(runtime_factory) -> FastAPI:
             items = [{"idempotency_key": f"{ctx.idempotency_key}:{i}", **item} if isinstance(item, dict) else item
                      for i, item in enumerate(items)]
         return await service(request).remember_batch(caller, items, request_id=request.state.request_id,
-                                                     path=ctx.path)
+                                                     path=ctx.path, model=ctx.model)
 
     @app.post("/api/memory/search", response_model=SearchResponse, responses=_errors(401, 403, 413, 422, 503))
     async def search(body: SearchRequest, request: Request, caller: Caller):

@@ -393,6 +393,7 @@ class MemoryChanges:
             new_content=after["content"] if content_changed else None,
             old_metadata={name: _jsonable(before[name]) for name in changed} or None,
             new_metadata=({name: _jsonable(after[name]) for name in changed} | (change.note or {})) or None,
+            provider=ctx.model.provider, model=ctx.model.model, prompt_version=ctx.model.prompt_version,
             at=self.clock(),
         )
 

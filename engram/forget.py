@@ -188,7 +188,7 @@ class BatchForgets:
         if op["status"] != "done":
             raise Conflict(f"operation {operation_id} is {op['status']}: only a finished forget can be undone")
         recovered, kept = [], []
-        context = ChangeContext(path=ctx.path, request_id=operation_id)
+        context = ChangeContext(path=ctx.path, request_id=operation_id, model=ctx.model)
         for item in await operations.items(self._pool, operation_id):
             if item["state"] != "deleted":
                 kept.append({"id": str(item["memory_id"]), "why": f"not deleted by this operation ({item['state']})"})

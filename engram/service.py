@@ -19,6 +19,7 @@ import asyncpg
 from pydantic import ValidationError as PydanticValidationError
 
 from engram.domain import auth
+from engram.domain.changes import NO_MODEL, ModelAttribution
 from engram.domain.errors import (
     Conflict, DatabaseUnavailable, EngramError, NotFound, Unauthenticated, ValidationFailed,
 )
@@ -165,7 +166,8 @@ class MemoryService:
 
     @_speaks_domain_errors
     async def remember(self, principal: auth.Principal, req: RememberRequest, *,
-                       request_id: str | None = None, path: str = "http") -> RememberResponse:
+                       request_id: str | None = None, path: str = "http",
+                       model: ModelAttribution = NO_MODEL) -> RememberResponse:
         """Save the memory durably and answer as `req.mode` asks.
 
         The raw memory, its ADD history event and its job are written in one transaction, and
@@ -183,7 +185,8 @@ class MemoryService:
         down = None if req.raw else await self._availability.chain_down()
         async with self._pool.acquire() as conn:
             async with conn.transaction():
-                written = await self._write(conn, principal, req, request_id, raw_saved=down is not None, path=path)
+                written = await self._write(conn, principal, req, request_id, raw_saved=down is not None, path=path,
+                                            model=model)
         if isinstance(written, RememberResponse):
             return written
         if written.duplicate:
@@ -198,7 +201,8 @@ class MemoryService:
 
     @_speaks_domain_errors
     async def remember_batch(self, principal: auth.Principal, items: list[dict], *,
-                             request_id: str | None = None, path: str = "http") -> RememberBatchResponse:
+                             request_id: str | None = None, path: str = "http",
+                             model: ModelAttribution = NO_MODEL) -> RememberBatchResponse:
         """Write every valid item, each as `remember` would in `async` mode (or `raw_saved` while
         every provider is down), in one transaction with a savepoint per item, under one import
         job whose progress counts the items' processing. An item that is invalid, forbidden or
@@ -238,7 +242,8 @@ class MemoryService:
                         async with conn.transaction():  # a savepoint: a failed item undoes only itself
                             written = await self._write(conn, principal, req, request_id,
                                                         raw_saved=down is not None and not req.raw,
-                                                        parent_id=import_id, stats=item_stats, path=path)
+                                                        parent_id=import_id, stats=item_stats, path=path,
+                                                        model=model)
                     except EngramError as err:
                         results[index] = _item_error(index, err)
                         continue
@@ -266,7 +271,8 @@ class MemoryService:
 
     async def _write(self, conn: asyncpg.Connection, principal: auth.Principal, req: RememberItem,
                      request_id: str | None, *, raw_saved: bool, parent_id: UUID | None = None,
-                     stats: repo.StatsDelta | None = None, path: str = "http") -> _Written | RememberResponse:
+                     stats: repo.StatsDelta | None = None, path: str = "http",
+                     model: ModelAttribution = NO_MODEL) -> _Written | RememberResponse:
         """Write the memory and its job in the caller's transaction; or the duplicate it is; or,
         for an idempotency key already bound, the answer the first request gave."""
         memory_id, job_id = uuid.uuid4(), uuid.uuid4()
@@ -280,7 +286,7 @@ class MemoryService:
         if await repo.insert_raw(conn, req.draft(), memory_id=memory_id, actor=principal.id,
                                  stemmer=self._settings.bm25_stemmer,
                                  extraction_status="unprocessed" if raw_saved else "pending", request_id=request_id,
-                                 stats=stats, actor_type=principal.role, path=path):
+                                 stats=stats, actor_type=principal.role, path=path, model=model):
             await jobs.insert(conn, job_id=job_id, memory_id=memory_id, job_type="extract",
                               max_attempts=self._settings.extraction_max_attempts, payload={"extract": not req.raw},
                               parent_id=parent_id, outcome="raw_saved" if raw_saved else None)

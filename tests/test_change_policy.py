@@ -938,3 +938,26 @@ async def test_a_replay_answers_as_first_beyond_the_rate_limit_and_during_a_free
         again = await _call(app, "PATCH", path, writer, body=patch, headers={"Idempotency-Key": "retry-1"})
         assert (again.status_code, again.json()) == (200, first.json())
         assert (await _row(app, memory["id"]))["version"] == 3
+
+
+async def test_an_agent_that_names_its_model_is_named_on_what_it_remembers_and_changes(app):
+    agent = await _key(app, "agent")
+    said = {"X-Engram-Provider": "openai", "X-Engram-Model": "gpt-test-1", "X-Engram-Prompt-Version": "agent-v3"}
+    remembered = await _call(app, "POST", "/api/memory/remember", agent, headers=said,
+                             body={"content": "an agent's note on its model", "scope": {"user_id": "modelled"},
+                                   "mode": "async", "raw": True})
+    assert remembered.status_code == 200, remembered.text
+    memory_id = remembered.json()["memory_id"]
+    changed = await _call(app, "PATCH", f"/api/memory/{memory_id}", agent, headers=said,
+                          body={"tags": ["seen"], "reason": "the agent tags it"})
+    assert changed.status_code == 200, changed.text
+    plain = await _call(app, "PATCH", f"/api/memory/{memory_id}", agent, body={"tags": ["again"], "reason": "r"})
+    assert plain.status_code == 200, plain.text
+    events = await _events(app, memory_id)
+    assert [(e["event"], e["provider"], e["model"], e["prompt_version"]) for e in events] == [
+        ("ADD", "openai", "gpt-test-1", "agent-v3"), ("UPDATE", "openai", "gpt-test-1", "agent-v3"),
+        ("UPDATE", None, None, None)]
+    too_long = await _call(app, "PATCH", f"/api/memory/{memory_id}", agent, headers={"X-Engram-Model": "m" * 201},
+                           body={"tags": ["x"], "reason": "r"})
+    _error(too_long, 422, "validation_error")
+    assert len(await _events(app, memory_id)) == 3

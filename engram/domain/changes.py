@@ -24,12 +24,28 @@ CHANGE_FIELDS = ("content", "type", "tags", "importance", "pinned", "metadata")
 
 
 @dataclass(frozen=True)
+class ModelAttribution:
+    """The model that acted, as the caller declares it (an agent's own model, sent as
+    X-Engram-Provider / -Model / -Prompt-Version): recorded on the history events of what it
+    writes, beside the pipeline's own; trusted for nothing."""
+
+    provider: str | None = None
+    model: str | None = None
+    prompt_version: str | None = None
+
+
+NO_MODEL = ModelAttribution()
+
+
+@dataclass(frozen=True)
 class ChangeContext:
-    """How a change came in: its path (history's `path`), request id and idempotency key."""
+    """How a change came in: its path (history's `path`), request id and idempotency key, and
+    the model that acted, if the caller names one."""
 
     path: str = "http"
     request_id: str | None = None
     idempotency_key: str | None = None
+    model: ModelAttribution = NO_MODEL
 
 
 def _one_change_required(schema: dict) -> None:

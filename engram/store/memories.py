@@ -12,6 +12,7 @@ import asyncpg
 import numpy as np
 
 from engram.domain import chain
+from engram.domain.changes import NO_MODEL, ModelAttribution
 from engram.domain.filters import Filters
 from engram.domain.models import Memory, MemoryDraft, Scope
 from engram.domain.text import content_hash, normalize, term_frequencies
@@ -33,7 +34,8 @@ def row_to_memory(row: asyncpg.Record) -> Memory:
 
 async def insert_raw(conn: asyncpg.Connection, draft: MemoryDraft, *, memory_id: UUID, actor: str,
                      stemmer: str, extraction_status: str, request_id: str | None = None,
-                     stats: StatsDelta | None = None, actor_type: str = "writer", path: str | None = "http") -> bool:
+                     stats: StatsDelta | None = None, actor_type: str = "writer", path: str | None = "http",
+                     model: ModelAttribution = NO_MODEL) -> bool:
     """Write a memory as it arrives, in the caller's transaction: the row, its BM25 postings and
     scope statistics (terms by `stemmer`), and its ADD history event, the first of its chain.
     Returns False, writing nothing, when a live memory of exactly its scope holds the same
@@ -48,6 +50,7 @@ async def insert_raw(conn: asyncpg.Connection, draft: MemoryDraft, *, memory_id:
     event = history.Event(
         event="ADD", version=1, actor_type=actor_type, actor_id=actor, path=path, request_id=request_id,
         session_id=draft.session_id, new_content=draft.content, new_metadata=draft.metadata,
+        provider=model.provider, model=model.model, prompt_version=model.prompt_version,
         state={"content": draft.content, "type": draft.type, "tags": list(draft.tags),
                "importance": chain.real(draft.importance), "pinned": draft.pinned, "metadata": draft.metadata,
                "is_deleted": False})
