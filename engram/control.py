@@ -73,9 +73,9 @@ class Control:
                 raise Frozen(f"mutations in this scope are frozen ({freeze.reason}, by {freeze.frozen_by}): "
                              "nothing was changed")
 
-    async def autonomous_allowed(self) -> bool:
+    async def autonomous_allowed(self, conn: asyncpg.Connection | None = None) -> bool:
         """False while the kill switch is on: no autonomous mutation starts."""
-        return not (await self.status()).kill_switch
+        return not (await self.status(conn)).kill_switch
 
     async def note_delete(self, memory_id: UUID, scope: Scope) -> None:
         """After a single delete: freeze its scope if deletes there spiked."""

@@ -148,7 +148,7 @@ async def _settle(pool: asyncpg.Pool, availability: Availability, control: Contr
 async def _held(control: Control, memory: Memory, conn: asyncpg.Connection | None = None) -> tuple[str, str] | None:
     """(code, why) when the model's output may not be written to `memory` now: the kill switch
     is on, or its scope is frozen. The job parks, and the drain takes it up once lifted."""
-    if not await control.autonomous_allowed():
+    if not await control.autonomous_allowed(conn):
         return "KillSwitch", KILL_SWITCH
     try:
         await control.check(memory.scope, conn)

@@ -98,14 +98,15 @@ async def set_status(conn: asyncpg.Connection | asyncpg.Pool, operation_id: str,
                      approver: str | None = None, receipt: dict | None = None, event: str | None = None,
                      actor: str = WORKFLOW_ACTOR, reason: str | None = None) -> bool:
     """Move the operation to `status` unless it has ended, recording the move as `event`
-    (default: the status) by `actor`, in the same statement; False if it had ended."""
+    (default: the status) by `actor`, in the same statement; False if it had ended or is there
+    already (a retried step records its move once)."""
     moved = await conn.fetchval(
         """
         WITH moved AS (
             UPDATE forget_operations SET status = $2, approver = coalesce($3, approver),
                 finished_at = CASE WHEN $2 = ANY($5::text[]) THEN now() ELSE finished_at END,
                 receipt = coalesce($4, receipt)
-            WHERE id = $1 AND NOT status = ANY($5::text[]) RETURNING id)
+            WHERE id = $1 AND NOT status = ANY($5::text[]) AND status <> $2 RETURNING id)
         INSERT INTO forget_events (operation_id, event, actor, reason) SELECT id, $6, $7, $8 FROM moved RETURNING id
         """,
         operation_id, status, approver, receipt, list(TERMINAL), event or status, actor, reason,
