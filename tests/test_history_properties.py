@@ -238,15 +238,21 @@ class HistoryMachine(RuleBasedStateMachine):
         if stale:
             self.expect(response, memory, 409, "version_conflict")
             assert response.json()["error"]["current_version"] == memory.version, response.text
-        elif memory.deleted:
-            self.expect(response, memory, 409, "conflict")
-        elif "content" in changes and self.live_twin(memory, changes["content"]) is not None:
-            self.expect(response, memory, 409, "conflict")
         else:
-            if changes:
-                memory.fields.update(changes)
-                memory.changed("UPDATE")
-            self.expect(response, memory, 200)
+            self._expect_change(response, memory, changes, "UPDATE")
+
+    def _expect_change(self, response, memory: Model, changes: dict, event: str, target: int | None = None) -> bool:
+        """A patch or a rollback as the service answers it: refused (409) for a deleted memory or
+        new content another live memory of its scope holds; else applied, as a new version only
+        where something differs. Returns whether it was applied."""
+        if memory.deleted or ("content" in changes and self.live_twin(memory, changes["content"]) is not None):
+            self.expect(response, memory, 409, "conflict")
+            return False
+        if changes:
+            memory.fields.update(changes)
+            memory.changed(event, target)
+        self.expect(response, memory, 200)
+        return True
 
     @precondition(lambda self: self.memories)
     @rule(i=st.integers(0, 5), force=st.booleans())
@@ -291,15 +297,7 @@ class HistoryMachine(RuleBasedStateMachine):
             return
         wanted = {name: memory.states[target][name] for name in FIELDS}
         changes = {name: value for name, value in wanted.items() if not _same(name, memory.fields[name], value)}
-        if memory.deleted:
-            self.expect(response, memory, 409, "conflict")
-        elif "content" in changes and self.live_twin(memory, changes["content"]) is not None:
-            self.expect(response, memory, 409, "conflict")
-        else:
-            if changes:
-                memory.fields.update(changes)
-                memory.changed("ROLLBACK", target)
-            self.expect(response, memory, 200)
+        if self._expect_change(response, memory, changes, "ROLLBACK", target):
             assert response.json()["content"] == memory.states[target]["content"]
 
     # -- invariants -------------------------------------------------------------------------
