@@ -58,6 +58,9 @@ class Settings(BaseSettings):
     # Those runs' threads are this much nicer than the rest (Linux), so a search or a remember
     # preempts a backlog's embedding instead of sharing a core with it; 0: same priority.
     embedding_nice: int = Field(default=10, ge=0, le=19)
+    # ...and run under SCHED_IDLE (Linux): a waking search thread preempts them at once. A busy
+    # machine then leaves a backlog only its spare CPU: it drains when searches pause.
+    embedding_idle: bool = True
     # Changing the model re-embeds every memory in batches of this size (a ReembedWorkflow).
     reembed_batch_size: int = 64
     # Or a remote embedder, held to local_only and provider_allowlist like the LLM providers.

@@ -136,11 +136,12 @@ async def test_local_provider_is_the_default_and_opens_the_onnx_model():
 @pytest.mark.skipif(not hasattr(os, "setpriority"), reason="per-thread nice is a Linux feature")
 async def test_documents_embed_on_threads_nicer_than_the_caller_and_queries_in_the_callers_thread(monkeypatch):
     """A backlog's embedding yields the CPU to searches: its pool threads run EMBEDDING_NICE
-    nicer than the process; a query runs at the caller's priority."""
+    nicer than the process, under SCHED_IDLE; a query runs at the caller's priority and policy."""
     import onnxruntime
 
-    def priority() -> int:
-        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    def priority() -> tuple[int, int]:
+        tid = threading.get_native_id()
+        return os.getpriority(os.PRIO_PROCESS, tid), os.sched_getscheduler(tid)
 
     seen: dict[str, set[int]] = {"document": set(), "query": set()}
     run = onnxruntime.InferenceSession.run
@@ -151,10 +152,16 @@ async def test_documents_embed_on_threads_nicer_than_the_caller_and_queries_in_t
 
     monkeypatch.setattr(onnxruntime.InferenceSession, "run", observed)
     embedder = await open_embedder(Settings(embedding_provider="local", embedding_threads=2, embedding_nice=7))
-    base = priority()
+    base, policy = priority()
     await embedder.embed([f"document {i} about bees" for i in range(40)])
     await embedder.embed_query("who keeps bees?")
-    assert seen == {"document": {min(base + 7, 19)}, "query": {base}}
+    assert seen == {"document": {(min(base + 7, 19), os.SCHED_IDLE)}, "query": {(base, policy)}}
+
+    seen = {"document": set(), "query": set()}
+    plain = await open_embedder(Settings(embedding_provider="local", embedding_threads=2, embedding_nice=0,
+                                         embedding_idle=False))
+    await plain.embed(["one more document"])
+    assert seen == {"document": {(base, policy)}, "query": set()}
 
 
 @pytest_asyncio.fixture

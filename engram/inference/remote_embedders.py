@@ -221,7 +221,7 @@ async def open_embedder(settings: Settings, model: str | None = None) -> TextEmb
     provider, _, remote_model = model.partition(":") if ":" in model else ("local", "", model)
     if provider == "local":
         return await asyncio.to_thread(Embedder.open, model_files(model), threads=settings.embedding_threads,
-                                       nice=settings.embedding_nice)
+                                       nice=settings.embedding_nice, idle=settings.embedding_idle)
     if settings.llm_timeout_s <= 0:
         raise ConfigError(f"llm_timeout_s must be positive, not {settings.llm_timeout_s}")
     if not remote_model:
