@@ -64,6 +64,7 @@ class Series:
     label: str
     note: str = ""
     latencies_ms: list[float] = field(default_factory=list)
+    answered_at: list[float] = field(default_factory=list)  # time.monotonic() of each latency's answer
     outcomes: Counter = field(default_factory=Counter)  # remember status and warnings, search hits, errors
     timeouts: int = 0
     failures: int = 0  # non-200 answers and transport errors other than a timeout
@@ -71,6 +72,10 @@ class Series:
 
     def percentiles(self) -> dict[str, float]:
         return common.percentiles(self.latencies_ms)
+
+    def between(self, start: float, end: float) -> dict[str, float]:
+        """Percentiles of the answers given in [start, end) (time.monotonic())."""
+        return common.percentiles(ms for ms, at in zip(self.latencies_ms, self.answered_at) if start <= at < end)
 
     def row(self) -> list[object]:
         p = self.percentiles()
@@ -103,6 +108,7 @@ async def send(http: httpx.AsyncClient, series: Series, path: str, body: dict) -
         series.outcomes[type(err).__name__] += 1
         return None
     series.latencies_ms.append((time.perf_counter() - started) * 1e3)
+    series.answered_at.append(time.monotonic())
     if response.status_code != 200:
         series.failures += 1
         series.outcomes[f"HTTP {response.status_code}"] += 1
@@ -369,6 +375,8 @@ class Burst:
     job_statuses: Counter
     cpu: dict[str, float]
     note: str = ""
+    started: float = 0.0  # time.monotonic() of the first request
+    sent_s: float = 0.0  # first request -> the last bulk request answered (bulk bursts)
 
     @property
     def rate(self) -> float:
@@ -394,13 +402,14 @@ def bulk_burst(svc: common.Service, args, texts: Iterator[str], scope: str, labe
     event is set)."""
     cpu_before = common.tree_cpu_seconds(svc.proc.pid)
 
-    async def run() -> tuple[Bulk, float]:
+    async def run() -> tuple[Bulk, float, float, float]:
         finished = asyncio.Event()
         side = asyncio.create_task(during(finished)) if during else None
         started = time.monotonic()
         try:
             bulk = await bulk_import(svc, texts, {"user_id": scope}, memories=args.burst, batch=args.bulk_size,
                                      concurrency=args.bulk_concurrency, label=label)
+            sent_s = time.monotonic() - started
             print(f"   {bulk.stored} stored ({bulk.failed} failed) in {time.monotonic() - started:.1f} s; "
                   f"waiting for {len(bulk.import_ids)} import jobs", flush=True)
             done_at = await wait_imports(svc, bulk.import_ids, timeout_s=args.drain_timeout_s)
@@ -408,12 +417,12 @@ def bulk_burst(svc: common.Service, args, texts: Iterator[str], scope: str, labe
             finished.set()
             if side:
                 await side
-        return bulk, done_at - started
+        return bulk, done_at - started, started, sent_s
 
-    bulk, done_s = asyncio.run(run())
+    bulk, done_s, started, sent_s = asyncio.run(run())
     cpu = cpu_delta(cpu_before, common.tree_cpu_seconds(svc.proc.pid))
     _, statuses = asyncio.run(read_back(svc, bulk.memory_ids, bulk.item_jobs))
-    return Burst(label, bulk.stored, bulk.requests, done_s, statuses, cpu)
+    return Burst(label, bulk.stored, bulk.requests, done_s, statuses, cpu, started=started, sent_s=sent_s)
 
 
 def single_burst(svc: common.Service, args, texts: Iterator[str], scope: str) -> Burst:
@@ -776,6 +785,13 @@ def bursts_report(b: Bursts, args) -> list[str]:
                     ratio(loaded["p95"], idle["p95"]), ratio(loaded["p99"], idle["p99"]),
                     ratio(loaded["max"], idle["max"]), "", "", "", "", ""]]
     p95_ratio = loaded["p95"] / idle["p95"]
+    sent_at = b.mixed.started + b.mixed.sent_s
+    phases = [("while the bulk requests are written", b.under_load.between(b.mixed.started, sent_at),
+               b.mixed.sent_s),
+              ("after: the backlog drains", b.under_load.between(sent_at, float("inf")),
+               b.mixed.done_s - b.mixed.sent_s)]
+    phase_rows = [[name, f"{seconds:.0f}", p["n"], common.fmt_ms(p["p50"]), common.fmt_ms(p["p95"]),
+                   common.fmt_ms(p["p99"]), ratio(p["p95"], idle["p95"])] for name, p, seconds in phases]
     return [
         "## 2. Bursts: memories/s until embedded and indexed\n",
         f"`ENGRAM_LLM_PROVIDER=none` (no extraction: each job embeds, indexes and finishes). One service for "
@@ -809,6 +825,10 @@ def bursts_report(b: Bursts, args) -> list[str]:
         f"\n- The burst under that search load: {b.mixed.memories} memories done in {b.mixed.done_s:.1f} s "
         f"({b.mixed.rate:.1f}/s, against {b.bulk.rate:.1f}/s without searches); idle again after it: p95 "
         f"{after['p95']:.1f} ms.",
+        "",
+        "The searches under load by phase, by when each was answered: while the API writes the bulk requests "
+        "(the worker embeds meanwhile), and after the last one was answered, while only the backlog drains.\n",
+        common.md_table(["phase", "s", "n", "p50 ms", "p95 ms", "p99 ms", "p95 vs idle"], phase_rows),
         "",
     ]
 
