@@ -133,7 +133,7 @@ async def test_local_provider_is_the_default_and_opens_the_onnx_model():
     assert isinstance(embedder, Embedder) and embedder.name == "bge-small-en-v1.5" and embedder.dim == 384
 
 
-@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="per-thread nice is a Linux feature")
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="per-thread nice and SCHED_IDLE are Linux features")
 async def test_documents_embed_on_threads_nicer_than_the_caller_and_queries_in_the_callers_thread(monkeypatch):
     """A backlog's embedding yields the CPU to searches: its pool threads run EMBEDDING_NICE
     nicer than the process, under SCHED_IDLE; a query runs at the caller's priority and policy."""
