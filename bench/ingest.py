@@ -410,7 +410,7 @@ def bulk_burst(svc: common.Service, args, texts: Iterator[str], scope: str, labe
             bulk = await bulk_import(svc, texts, {"user_id": scope}, memories=args.burst, batch=args.bulk_size,
                                      concurrency=args.bulk_concurrency, label=label)
             sent_s = time.monotonic() - started
-            print(f"   {bulk.stored} stored ({bulk.failed} failed) in {time.monotonic() - started:.1f} s; "
+            print(f"   {bulk.stored} stored ({bulk.failed} failed) in {sent_s:.1f} s; "
                   f"waiting for {len(bulk.import_ids)} import jobs", flush=True)
             done_at = await wait_imports(svc, bulk.import_ids, timeout_s=args.drain_timeout_s)
         finally:

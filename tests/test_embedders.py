@@ -143,7 +143,7 @@ async def test_documents_embed_on_threads_nicer_than_the_caller_and_queries_in_t
         tid = threading.get_native_id()
         return os.getpriority(os.PRIO_PROCESS, tid), os.sched_getscheduler(tid)
 
-    seen: dict[str, set[int]] = {"document": set(), "query": set()}
+    seen: dict[str, set[tuple[int, int]]] = {"document": set(), "query": set()}  # (nice, policy) by kind
     run = onnxruntime.InferenceSession.run
 
     def observed(session, *args, **kwargs):
