@@ -18,6 +18,7 @@ from activities.models import (
 )
 from engram import ingest_steps as steps
 from engram.control import Control
+from engram.fact_steps import FactWriter
 from engram.inference.availability import Availability
 from engram.inference.embedding_spaces import EmbeddingSpaces
 
@@ -42,9 +43,10 @@ async def heartbeating():
 
 
 class IngestActivities:
-    def __init__(self, pool: asyncpg.Pool, spaces: EmbeddingSpaces, availability: Availability, control: Control, *,
-                 retry: steps.Retry, lease_s: float, concurrency: int) -> None:
+    def __init__(self, pool: asyncpg.Pool, spaces: EmbeddingSpaces, availability: Availability, control: Control,
+                 facts: FactWriter, *, retry: steps.Retry, lease_s: float, concurrency: int) -> None:
         self._pool = pool
+        self._facts = facts
         self._spaces = spaces
         self._availability = availability
         self._control = control
@@ -61,7 +63,8 @@ class IngestActivities:
     @activity.defn(name="ingest_extract")
     async def extract(self, inp: ExtractBatchInput) -> Settled:
         async with heartbeating():
-            settled = await steps.extract_batch(self._pool, self._availability, self._control, inp.job_ids,
+            settled = await steps.extract_batch(self._pool, self._availability, self._control, self._facts,
+                                                inp.job_ids,
                                                 concurrency=self._concurrency, retry=self._retry,
                                                 request_id=inp.workflow_id)
         return Settled(**vars(settled))
@@ -82,7 +85,8 @@ class IngestActivities:
     @activity.defn(name="drain_step")
     async def drain(self, inp: DrainStepInput) -> Settled:
         async with heartbeating():
-            settled = await steps.drain(self._pool, self._availability, self._control, inp.owner, limit=inp.limit,
+            settled = await steps.drain(self._pool, self._availability, self._control, self._facts, inp.owner,
+                                        limit=inp.limit,
                                         lease_s=self._lease_s, concurrency=self._concurrency, retry=self._retry,
                                         request_id=inp.owner)
         return Settled(**vars(settled))

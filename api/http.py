@@ -259,6 +259,7 @@ def create_app(runtime_factory) -> FastAPI:
     async def list_memories(
         request: Request, caller: Caller,
         user_id: ScopeId | None = None, agent_id: ScopeId | None = None, run_id: ScopeId | None = None,
+        kind: Literal["raw", "fact"] | None = None,
         type: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
         tags: Annotated[list[Tag] | None, Query(max_length=64)] = None,
         who: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
@@ -271,7 +272,7 @@ def create_app(runtime_factory) -> FastAPI:
     ):
         try:
             scope = Scope(user_id=user_id, agent_id=agent_id, run_id=run_id)
-            filters = SearchFilters(type=type, tags=tags, who=who, source_type=source_type, time=time)
+            filters = SearchFilters(kind=kind, type=type, tags=tags, who=who, source_type=source_type, time=time)
         except ValidationError as exc:  # the parameters' models: name them as query parameters
             raise RequestValidationError([{**e, "loc": ("query", *e["loc"])} for e in exc.errors()]) from None
         return await service(request).list(caller, scope, filters, include_deleted=include_deleted,

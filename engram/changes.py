@@ -27,7 +27,8 @@ from pydantic import ValidationError as PydanticValidationError
 from engram.control import Control
 from engram.domain import auth, chain
 from engram.domain.changes import (
-    CHANGE_FIELDS, MAX_MODIFY_BATCH, ChangeContext, ConfirmRequest, HistoryEvent, MemoryHistory, MemoryPatch,
+    CHANGE_FIELDS, MAX_MODIFY_BATCH, ChangeContext, ConfirmRequest, DecisionRecord, FactRef, HistoryEvent,
+    MemoryHistory, MemoryPatch,
     ModifyBatchResponse, ModifyItem, ModifyItemResult, RecoverRequest, RollbackRequest, VerifyReport,
 )
 from engram.domain.errors import (
@@ -40,7 +41,7 @@ from engram.inference.embedding_spaces import EmbeddingSpaces
 from engram.integrity import Integrity
 from engram.settings import Settings
 from engram.store import changes as store
-from engram.store import history, idempotency
+from engram.store import facts, history, idempotency
 from engram.store import memories as repo
 
 BATCH_KEY_MEMORY = UUID(int=0)  # what a batch's idempotency key is bound to: no one memory
@@ -64,6 +65,7 @@ class _Change:
     if_version: int | None = None
     vectors: dict[str, np.ndarray] | None = None  # the new content's, embedded before the lock
     note: dict[str, Any] | None = None  # added to the event's new_metadata (a rollback's target)
+    by_model: bool = False  # the pipeline's model decided it: never on a pinned memory
 
 
 def _now() -> datetime:
@@ -172,7 +174,11 @@ class MemoryChanges:
         await self._integrity.check([memory_id])
         memory = await repo.get(self._pool, memory_id)
         events = await history.events(self._pool, memory_id)
-        return MemoryHistory(memory=memory, events=[HistoryEvent.model_validate(dict(e)) for e in events])
+        derived = await facts.facts_of(self._pool, memory_id)
+        return MemoryHistory(memory=memory, events=[HistoryEvent.model_validate(dict(e)) for e in events],
+                             facts=[FactRef.model_validate(dict(r)) for r in derived],
+                             decisions=[DecisionRecord.model_validate(dict(r))
+                                        for r in await facts.decisions_about(self._pool, memory_id)])
 
     async def verify(self, principal: auth.Principal) -> VerifyReport:
         """Every memory's and every scope's chain, checked in full (`engram verify`)."""
@@ -185,6 +191,19 @@ class MemoryChanges:
         (a batch forget's steps: each item's delete shares a transaction with its record)."""
         assert event in ("DELETE", "RECOVER")
         return await self._apply(conn, principal, memory_id, _Change(event, reason, {}, if_version), ctx, force=force)
+
+    async def decide_in(self, conn: asyncpg.Connection, memory_id: UUID, event: str, *, reason: str, if_version: int,
+                        ctx: ChangeContext, content: str | None = None,
+                        vectors: dict[str, np.ndarray] | None = None) -> Memory:
+        """A model's UPDATE (to `content`, embedded as `vectors`) or DELETE of a fact, in the
+        caller's transaction, as the pipeline (an automatic actor: a person's lock holds it
+        off). Raises Pinned, ManualOverride, VersionConflict (not at `if_version`, the version
+        the model was shown), Conflict (deleted meanwhile, or the content is held by another
+        memory), NotFound, Frozen."""
+        assert event in ("UPDATE", "DELETE")
+        fields = {"content": content} if event == "UPDATE" else {}
+        change = _Change(event, reason, fields, if_version, vectors, by_model=True)
+        return await self._apply(conn, auth.PIPELINE, memory_id, change, ctx)
 
     # -- a batch ------------------------------------------------------------------------------
 
@@ -304,6 +323,8 @@ class MemoryChanges:
         if row["status"] == "quarantined" and event != "ROLLBACK":
             raise Conflict(f"memory {memory_id} is quarantined (its row did not match its history): an operator "
                            "rolls it back or confirms it first")
+        if change.by_model and row["pinned"]:
+            raise Pinned(f"memory {memory_id} is pinned: a model's decision never changes or deletes it")
         if event == "DELETE" and row["pinned"] and not force:
             raise Pinned(f"memory {memory_id} is pinned: deleting it needs force=true, from an operator")
         if row["pinned"] and change.fields.get("pinned") is False and not principal.may("force_delete"):

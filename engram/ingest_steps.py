@@ -21,6 +21,7 @@ import asyncpg
 from engram.control import Control
 from engram.domain.control import Frozen
 from engram.domain.models import Memory
+from engram.fact_steps import FactWriter, Held
 from engram.inference.availability import Availability, ChainDown, is_outage
 from engram.inference.embedding_spaces import EmbeddingSpaces
 from engram.inference.providers import ProviderChainError
@@ -83,19 +84,20 @@ async def index_batch(spaces: EmbeddingSpaces, memory_ids: list[UUID]) -> int:
     return await spaces.index(memory_ids)
 
 
-async def extract_batch(pool: asyncpg.Pool, availability: Availability, control: Control, job_ids: list[UUID], *,
-                        concurrency: int, retry: Retry, request_id: str) -> Settled:
+async def extract_batch(pool: asyncpg.Pool, availability: Availability, control: Control, facts: FactWriter,
+                        job_ids: list[UUID], *, concurrency: int, retry: Retry, request_id: str) -> Settled:
     """Finish the batch's pending jobs: skipped (a raw save, or no provider configured),
     extracted, or parked (an outage: at once, with no call, while every provider is known to be
     down; the kill switch: while it is on, no model decides anything)."""
     pending = await jobs.of_batch(pool, job_ids)
-    settled = await _settle(pool, availability, control, pending, from_status="pending", owner=None,
+    settled = await _settle(pool, availability, control, facts, pending, from_status="pending", owner=None,
                             concurrency=concurrency, retry=retry, request_id=request_id)
     await jobs.wake_dispatcher(pool)
     return settled
 
 
-async def drain(pool: asyncpg.Pool, availability: Availability, control: Control, owner: str, *, limit: int,
+async def drain(pool: asyncpg.Pool, availability: Availability, control: Control, facts: FactWriter, owner: str, *,
+                limit: int,
                 lease_s: float, concurrency: int, retry: Retry, request_id: str) -> Settled:
     """Take up to `limit` due parked jobs (and any whose earlier drain died) and finish them
     like `extract_batch`. Takes nothing while every provider is known to be down, or while the
@@ -105,13 +107,14 @@ async def drain(pool: asyncpg.Pool, availability: Availability, control: Control
     if not await control.autonomous_allowed():
         return Settled(chain_down=KILL_SWITCH)
     leased = await jobs.lease_parked(pool, owner, limit=limit, lease_s=lease_s)
-    settled = await _settle(pool, availability, control, leased, from_status="leased", owner=owner,
+    settled = await _settle(pool, availability, control, facts, leased, from_status="leased", owner=owner,
                             concurrency=concurrency, retry=retry, request_id=request_id)
     settled.taken = len(leased)
     return settled
 
 
-async def _settle(pool: asyncpg.Pool, availability: Availability, control: Control, pending: list[jobs.Pending], *,
+async def _settle(pool: asyncpg.Pool, availability: Availability, control: Control, facts: FactWriter,
+                  pending: list[jobs.Pending], *,
                   from_status: str, owner: str | None, concurrency: int, retry: Retry, request_id: str) -> Settled:
     settled = Settled()
     skip = [j for j in pending if not j.extract or not availability.chain]
@@ -138,7 +141,7 @@ async def _settle(pool: asyncpg.Pool, availability: Availability, control: Contr
             if held := await _held(control, memories[job.memory_id]):  # checked again at each job's turn
                 settled.parked += await _park_outage(pool, [job], from_status, owner, held[1], code=held[0])
                 return
-            await _extract_one(pool, availability, control, job, memories[job.memory_id], from_status, owner,
+            await _extract_one(pool, availability, control, facts, job, memories[job.memory_id], from_status, owner,
                                retry, request_id, settled)
 
     await asyncio.gather(*(one(j) for j in wanted))
@@ -157,11 +160,17 @@ async def _held(control: Control, memory: Memory, conn: asyncpg.Connection | Non
     return None
 
 
-async def _extract_one(pool: asyncpg.Pool, availability: Availability, control: Control, job: jobs.Pending,
-                       memory: Memory, from_status: str, owner: str | None, retry: Retry, request_id: str,
-                       settled: Settled) -> None:
+async def _extract_one(pool: asyncpg.Pool, availability: Availability, control: Control, facts: FactWriter,
+                       job: jobs.Pending, memory: Memory, from_status: str, owner: str | None, retry: Retry,
+                       request_id: str, settled: Settled) -> None:
     try:
         found = await availability.extract(memory.content)
+        # The facts become memories (or change the scope's facts) before the job finishes: a
+        # crash between the two runs this again, and the facts decided already are skipped.
+        written = await facts.write(availability, memory, found, job_id=job.id, request_id=request_id)
+    except Held as err:
+        settled.parked += await _park_outage(pool, [job], from_status, owner, err.why, code=err.code)
+        return
     except ChainDown as err:
         parked = await _park_outage(pool, [job], from_status, owner, str(err))
         settled.parked += parked  # read after the await: concurrent extractions update it too
@@ -192,7 +201,8 @@ async def _extract_one(pool: asyncpg.Pool, availability: Availability, control: 
                     return  # another run of this step finished it
                 await jobs.publish_first_pass(conn, [job.id], "processed")
                 await repo.record_extraction(
-                    conn, job.memory_id, status="done", extracted=found.model_dump(mode="json"), model=found.model,
+                    conn, job.memory_id, status="done", extracted=found.model_dump(mode="json") | written.summary(),
+                    model=found.model,
                     category=found.category, actor=PIPELINE_ACTOR, provider=found.provider,
                     prompt_version=found.prompt_version, request_id=request_id,
                 )

@@ -77,6 +77,11 @@ class Settings(BaseSettings):
     openai_api_key: str = ""
     openai_model: str = "gpt-4o-mini"
     llm_timeout_s: float = 20.0
+    # Before any call to an LLM provider, secrets in memory text (API keys, tokens, private keys,
+    # passwords in URLs and assignments, and these terms) are replaced by placeholders; the map
+    # back stays in the process, and stored facts get the originals back (engram.domain.redaction).
+    redact_outbound: bool = True
+    redact_terms: list[str] = Field(default_factory=list)
     local_only: bool = True
     provider_allowlist: list[str] = Field(default_factory=list)
 
@@ -88,6 +93,23 @@ class Settings(BaseSettings):
     extraction_max_attempts: int = 8
     extraction_backoff_initial_s: float = 30.0
     extraction_backoff_max_s: float = 3_600.0
+    # The semantic write pipeline (engram.fact_steps): each extracted fact becomes a memory of
+    # kind "fact", or changes one, as a model decides beside its scope's nearest facts.
+    # off: facts stay on the raw memory only; shadow: decisions are recorded, nothing written;
+    # add_only: facts are added, no UPDATE or DELETE; full: every decision, within the thresholds.
+    write_pipeline: Literal["off", "shadow", "add_only", "full"] = "full"
+    decision_candidates: int = Field(default=5, ge=1, le=20)  # nearest facts shown per new fact
+    # A new fact this close (cosine) to an existing one, saying the same (no negation or number
+    # differs), is MERGEd onto it without a model. bge-small: a paraphrase scores 0.96-0.99,
+    # "lives in Paris"/"in Berlin" 0.83, "allergic"/"not allergic" 0.94.
+    merge_similarity: float = Field(default=0.95, ge=0.5, le=1.0)
+    # The confidence a model's UPDATE or DELETE needs; below it, the UPDATE's fact is added
+    # instead and the DELETE is not applied.
+    decision_min_confidence_update: float = Field(default=0.6, ge=0.0, le=1.0)
+    decision_min_confidence_delete: float = Field(default=0.8, ge=0.0, le=1.0)
+    # Search ranks a raw memory below the facts taken from it: its score is multiplied by this
+    # while it has a live fact (1: no preference).
+    rank_raw_with_facts: float = Field(default=0.9, ge=0.0, le=1.0)
     # Extractions one worker runs at once (in a batch, and in the drain).
     extraction_concurrency: int = Field(default=4, ge=1)
     # The dispatcher: it wakes on every new job and every interval_s, waits batch_window_ms for a

@@ -48,7 +48,7 @@ async def test_temporal_down_then_back_saves_raw_and_processes_once(make_app, fa
             for answer in answers:
                 job = await app.wait_job(answer["job_id"], "done", timeout_s=60)
                 assert job["attempt_count"] == 1
-            assert await app.count("SELECT count(*) FROM memories") == 5
+            assert await app.count("SELECT count(*) FROM memories WHERE kind = 'raw'") == 5
             assert await app.count("SELECT count(*) FROM memory_history WHERE event = 'UPDATE'") == 5
             assert await app.count("SELECT count(*) FROM memories WHERE embedding IS NULL") == 0
             assert len(fake_llm.chat_requests()) == 5
@@ -90,7 +90,7 @@ async def test_worker_killed_mid_workflow_is_processed_exactly_once(postgres, te
         try:
             events = [r["event"] for r in await conn.fetch("SELECT event FROM memory_history ORDER BY id")]
             assert events == ["ADD", "UPDATE"]
-            assert await conn.fetchval("SELECT count(*) FROM memories") == 1
+            assert await conn.fetchval("SELECT count(*) FROM memories WHERE kind = 'raw'") == 1
         finally:
             await conn.close()
     finally:

@@ -21,12 +21,15 @@ from temporalio.worker import Replayer, Worker
 
 from activities.ingest import IndexActivities, IngestActivities
 from activities.remember import RememberActivities
+from engram.changes import MemoryChanges
 from engram.control import Control
 from engram.domain.models import MemoryDraft, Scope
+from engram.fact_steps import FactWriter
 from engram.inference.availability import Availability
 from engram.inference.embedding_spaces import EmbeddingSpaces, Space
 from engram.inference.providers import OllamaProvider
 from engram.inference.vector_index import EdgeIndex
+from engram.integrity import Integrity
 from engram.ingest_steps import Retry
 from engram.settings import Settings
 from engram.store import pool as pool_module
@@ -119,8 +122,11 @@ async def _batch_pipeline(postgres, temporal, embedder, tmp_path, provider_url: 
         job_ids = [await _saved_memory(pool, f"Quinn restores old motorbike number {i}") for i in range(memories)]
         client = await Client.connect(temporal.address, data_converter=pydantic_data_converter)
         availability = Availability(pool, [provider], refresh_s=0)
-        control = Control(Settings(), pool, runs=None)  # switches read from Postgres; none is changed here
-        ingest = IngestActivities(pool, spaces, availability, control, retry=Retry(30, 600), lease_s=60,
+        settings = Settings()
+        control = Control(settings, pool, runs=None)  # switches read from Postgres; none is changed here
+        facts = FactWriter(settings, pool, spaces, MemoryChanges(settings, pool, spaces, Integrity(pool), control),
+                           control)
+        ingest = IngestActivities(pool, spaces, availability, control, facts, retry=Retry(30, 600), lease_s=60,
                                   concurrency=2)
         async with Worker(client, task_queue=queue, workflows=[IngestWorkflow, ExtractionDrainWorkflow],
                           activities=ingest.all()), \

@@ -108,12 +108,12 @@ async def import_all(app: App, bodies: list[dict], chunk: int = 500) -> list[dic
 async def assert_each_memory_extracted_once(pool, total: int) -> None:
     """Every memory is `done` with exactly one UPDATE history row; every job is done, its one
     counted attempt being the extraction that succeeded (an outage uses none)."""
-    assert await pool.fetchval("SELECT count(*) FROM memories") == total
-    statuses = await pool.fetch("SELECT extraction_status, count(*) AS n FROM memories GROUP BY 1")
+    assert await pool.fetchval("SELECT count(*) FROM memories WHERE kind = 'raw'") == total
+    statuses = await pool.fetch("SELECT extraction_status, count(*) AS n FROM memories WHERE kind = 'raw' GROUP BY 1")
     assert {r["extraction_status"]: r["n"] for r in statuses} == {"done": total}
     updates = await pool.fetch(
         "SELECT m.id, count(h.*) FILTER (WHERE h.event = 'UPDATE') AS n FROM memories m"
-        " LEFT JOIN memory_history h ON h.memory_id = m.id GROUP BY m.id")
+        " LEFT JOIN memory_history h ON h.memory_id = m.id WHERE m.kind = 'raw' GROUP BY m.id")
     assert Counter(r["n"] for r in updates) == Counter({1: total})
     jobs = await pool.fetch("SELECT status, attempt_count, count(*) AS n FROM memory_jobs"
                             " WHERE job_type = 'extract' GROUP BY 1, 2")
@@ -182,7 +182,7 @@ async def test_thousands_of_parked_extractions_cost_o1_calls_and_drain_once_when
     async with make_app(**ollama_settings(llm), drain_batch_size=100, extraction_concurrency=8) as app:
         s = app.settings
         imports = await import_all(app, items(range(total)))
-        assert await app.count("SELECT count(*) FROM memories") == total
+        assert await app.count("SELECT count(*) FROM memories WHERE kind = 'raw'") == total
         await until(lambda: job_states(app.pool), lambda st: st == {"parked": total}, "every job parked",
                     timeout_s=90)
 
@@ -410,7 +410,7 @@ async def test_bulk_remember_stores_the_valid_items_and_answers_each_bad_one_wit
         assert results[2]["memory_id"] == results[0]["memory_id"]
         assert results[2]["status"] == results[0]["status"] == "queued"
         assert results[2]["warnings"] and results[2]["warnings"][0].startswith("duplicate")
-        assert await app.count("SELECT count(*) FROM memories") == 3
+        assert await app.count("SELECT count(*) FROM memories WHERE kind = 'raw'") == 3
         assert await app.count("SELECT count(*) FROM memories WHERE content LIKE '%secret%' OR content LIKE '%Oslo%'"
                                " OR content = '   '") == 0
 
@@ -439,7 +439,7 @@ async def test_bulk_remember_replays_an_idempotency_key_across_batches_and_refus
     assert replay["error"] is None and replay["memory_id"] == first["results"][0]["memory_id"]
     assert conflict["error"]["type"] == "conflict" and conflict["memory_id"] is None
     assert fresh["error"] is None and fresh["status"] == "queued"
-    assert await app.count("SELECT count(*) FROM memories") == 2
+    assert await app.count("SELECT count(*) FROM memories WHERE kind = 'raw'") == 2
     assert await app.count("SELECT count(*) FROM memories WHERE content LIKE '%rye%'") == 0
     # A single remember with the key replays it too.
     single = await app.remember(carol["content"], idempotency_key="imp-1", mode="async")
@@ -464,7 +464,7 @@ async def test_bulk_remember_over_the_limit_is_refused_whole(make_app):
         assert over.status_code == 422, over.text
         error = over.json()["error"]
         assert error["type"] == "validation_error" and "10" in error["detail"]
-        assert await app.count("SELECT count(*) FROM memories") == 0
+        assert await app.count("SELECT count(*) FROM memories WHERE kind = 'raw'") == 0
         assert await app.count("SELECT count(*) FROM memory_jobs") == 0
         empty = await app.post("/api/memory/remember/batch", {"items": []})
         assert empty.status_code == 422 and empty.json()["error"]["type"] == "validation_error"

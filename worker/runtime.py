@@ -44,6 +44,7 @@ from engram.ingest_steps import Retry
 from engram.recall.pipeline import Recall
 from engram.recall.rerank import CrossEncoder, LLMReranker, Reranker, ms_marco_files
 from engram.changes import MemoryChanges
+from engram.fact_steps import FactWriter
 from engram.control import Control
 from engram.forget import BatchForgets
 from engram.integrity import Integrity
@@ -59,7 +60,7 @@ from worker.outbox import Dispatcher
 from worker.startup import analyzer_of
 from worker.temporal_control import TemporalControlRuns
 from worker.temporal_forget import TemporalForgetRuns
-from worker.temporal_pipeline import TemporalPipeline, index_queue
+from worker.temporal_pipeline import TemporalPipeline, index_queue, job_llm_s
 from workflows.control import ControlWorkflow
 from workflows.drain import ExtractionDrainWorkflow
 from workflows.forget import BatchForgetWorkflow
@@ -180,10 +181,11 @@ class Runtime:
                                                               keys.REVOKED: service.forget_principals}),
                       "api-listener")
         if "worker" in roles:
+            facts = FactWriter(settings, pool, embedding_spaces, changes, control)
             ingest = IngestActivities(
-                pool, embedding_spaces, availability, control,
+                pool, embedding_spaces, availability, control, facts,
                 retry=Retry(settings.extraction_backoff_initial_s, settings.extraction_backoff_max_s),
-                lease_s=2 * settings.drain_batch_size * (settings.llm_timeout_s + 5) / settings.extraction_concurrency,
+                lease_s=2 * settings.drain_batch_size * job_llm_s(settings) / settings.extraction_concurrency,
                 concurrency=settings.extraction_concurrency,
             )
             legacy = RememberActivities(pool, embedding_spaces, providers, identity=_identity())

@@ -42,7 +42,7 @@ class TemporalPipeline:
         """Start the IngestWorkflow of a formed batch (again, harmlessly, if it already runs).
         False if Temporal did not answer; the batch stays formed and unstarted."""
         s = self._settings
-        arg = IngestInput(job_ids=job_ids, index_queue=index_queue(s), extract_timeout_s=s.llm_timeout_s + 5,
+        arg = IngestInput(job_ids=job_ids, index_queue=index_queue(s), extract_timeout_s=job_llm_s(s),
                           extract_concurrency=s.extraction_concurrency)
         if not await self._start(IngestWorkflow.run, arg, workflow_id):
             return False
@@ -63,7 +63,7 @@ class TemporalPipeline:
         s = self._settings
         arg = DrainInput(batch_size=s.drain_batch_size, rate_per_s=s.drain_rate_per_s,
                          probe_initial_s=s.provider_probe_initial_s, probe_max_s=s.provider_probe_max_s,
-                         idle_s=s.drain_idle_s, extract_timeout_s=s.llm_timeout_s + 5,
+                         idle_s=s.drain_idle_s, extract_timeout_s=job_llm_s(s),
                          extract_concurrency=s.extraction_concurrency)
         return await self._start(ExtractionDrainWorkflow.run, arg, drain_workflow_id(s.temporal_task_queue),
                                  reuse=WorkflowIDReusePolicy.ALLOW_DUPLICATE)
@@ -84,3 +84,10 @@ class TemporalPipeline:
                         extra={"workflow_id": workflow_id, "error": repr(err)})
             return False
         return True
+
+
+def job_llm_s(s: Settings) -> float:
+    """The longest one job's model calls may take: its extraction, and with the write pipeline
+    on, its decision call too."""
+    calls = 1 if s.write_pipeline == "off" else 2
+    return calls * s.llm_timeout_s + 5

@@ -106,3 +106,8 @@ def check_grants(grants: list[str]) -> list[str]:
         if prefix not in _PREFIX.values() or not value:
             raise ValidationFailed(f"bad scope grant {grant!r}: use '*', 'user:<id>', 'agent:<id>' or 'run:<id>'")
     return grants
+
+
+# The write pipeline, when its model's decisions change a fact: an automatic actor (a person's
+# lock holds it off) in every scope, which only ever acts on the scope of the memory it works on.
+PIPELINE = Principal(id="system:pipeline", name="pipeline", role="agent", grants=("*",))

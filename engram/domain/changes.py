@@ -142,9 +142,47 @@ class HistoryEvent(BaseModel):
     created_at: datetime
 
 
+class FactRef(BaseModel):
+    """A fact the write pipeline took from this memory."""
+
+    id: UUID
+    content: str
+    version: int
+    is_deleted: bool
+    status: str
+
+
+class DecisionRecord(BaseModel):
+    """What the write pipeline decided about one fact (memory_decisions): taken from this
+    memory (`source_memory_id`), naming it (`target_id`), or writing it (`memory_id`)."""
+
+    source_memory_id: UUID
+    fact: str
+    fact_type: str
+    fact_confidence: float
+    action: str
+    target_id: UUID | None
+    memory_id: UUID | None
+    content: str | None
+    confidence: float | None
+    reason: str | None
+    outcome: str
+    detail: str | None
+    mode: str
+    provider: str | None
+    model: str | None
+    prompt_version: str | None
+    created_at: datetime
+
+
 class MemoryHistory(BaseModel):
+    """A memory's events, oldest first, and its lineage: the facts taken from it and every
+    decision about it (a fact's sources are its `memory.derived_from`)."""
+
     memory: Memory
     events: list[HistoryEvent]
+    facts: list[FactRef] = []
+    decisions: list[DecisionRecord] = []
 
 
 class ChainBreak(BaseModel):

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-PROMPT_VERSION = "extract-v1"
+PROMPT_VERSION = "extract-v2"  # v2: placeholders of redacted secrets are copied as they are
 
 # Limits on what one extraction may return. A model that rambles past them is trimmed, with a
 # warning per dropped item, rather than trusted.
@@ -66,6 +66,9 @@ class Extraction(BaseModel):
     provider: str
     model: str
     prompt_version: str = PROMPT_VERSION
+    # The redacted originals put back into the facts (engram.domain.redaction): never stored in
+    # the extraction's record, only beside each fact that holds one.
+    secrets: list[str] = Field(default_factory=list, exclude=True)
 
 
 class MalformedOutput(ValueError):
@@ -102,6 +105,8 @@ organisations or things, e.g. {"source": "Alice", "relationship": "works_at", \
 "target": "Acme", "confidence": 0.9}.
 - category: one short lowercase topic for the whole text, or null.
 - tags: at most 10 short lowercase keywords.
+- Text in square brackets such as [API_KEY_1] or [PASSWORD_2] stands for a hidden value: \
+copy it exactly as written wherever the value belongs.
 - If nothing is worth remembering, return empty lists."""
 
 # Sent as Ollama's `format` and OpenAI's `json_schema`. Every property is required and no

@@ -21,6 +21,7 @@ class Filters:
     not touch. Created in [created_from, created_to)."""
 
     visible: Visibility
+    kind: str | None = None  # raw or fact; None: both
     type: str | None = None
     tags: list[str] | None = None
     who: str | None = None
@@ -43,5 +44,6 @@ def resolve(asked: SearchFilters, visible: Visibility, *, include_deleted: bool,
     if asked.time_range is not None:
         start = max(filter(None, [start, asked.time_range.start]), default=None)
         end = min(filter(None, [end, asked.time_range.end]), default=None)
-    return Filters(visible=visible, type=asked.type, tags=asked.tags, who=asked.who, source_type=asked.source_type,
+    return Filters(visible=visible, kind=asked.kind, type=asked.type, tags=asked.tags, who=asked.who,
+                   source_type=asked.source_type,
                    created_from=start, created_to=end, include_deleted=include_deleted, status=status)

@@ -209,6 +209,9 @@ class MemoryDraft:
     metadata: dict[str, Any] = field(default_factory=dict)
     pinned: bool = False
     importance: float = 0.5
+    kind: str = "raw"  # "fact": extracted by the pipeline from the memories in `derived_from`
+    derived_from: list[UUID] = field(default_factory=list)
+    confidence: float = 1.0
 
 
 class RememberResponse(BaseModel):
@@ -278,6 +281,8 @@ class TimeRange(Strict):
 
 
 class SearchFilters(Strict):
+    kind: Literal["raw", "fact"] | None = Field(default=None, description=(
+        "raw: memories as remembered; fact: facts the write pipeline extracted from them; none: both"))
     type: ShortLabel | None = None
     tags: list[Tag] | None = Field(default=None, max_length=64)
     who: Label | None = None
@@ -331,6 +336,8 @@ class Memory(BaseModel):
     version: int
     status: str = "active"  # active, superseded, deleted or quarantined
     manual_override_until: datetime | None = None  # a person's edit locks it against automatic ones until then
+    kind: Literal["raw", "fact"] = "raw"  # raw: as remembered; fact: extracted from `derived_from`
+    derived_from: list[UUID] = Field(default_factory=list)
 
     @property
     def scope(self) -> Scope:

@@ -13,16 +13,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import asyncpg
 
+from engram.domain.decisions import Decisions
 from engram.domain.extraction import Extraction
 from engram.inference.model_servers import ProviderError
 from engram.inference.providers import LLMProvider, ProviderChainError, with_fallback_notes
 from engram.store import provider_health
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def provider_key(provider: LLMProvider) -> str:
@@ -103,19 +107,32 @@ class Availability:
         """Extract with the first usable provider that succeeds, recording any that turns out to
         be down. Raises ChainDown when no provider is usable (nothing called), ProviderChainError
         when every usable provider failed."""
+        found, errors, used = await self._first(lambda provider: provider.extract(text))
+        return with_fallback_notes(found, errors, used)
+
+    async def decide(self, facts: list[str], memories: list[str], known: tuple[str, ...] = ()) -> Decisions:
+        """`extract`'s fallback and outage rules, for decisions about `facts` beside `memories`."""
+        found, errors, used = await self._first(lambda provider: provider.decide(facts, memories, known))
+        if not errors:
+            return found
+        notes = [f"provider {e.provider} failed ({e.code}: {e.detail}); used {used.name}" for e in errors]
+        return found.model_copy(update={"warnings": notes + found.warnings})
+
+    async def _first(self, call: Callable[[LLMProvider], Awaitable[T]]) -> tuple[T, list[ProviderError], LLMProvider]:
+        """`call` on each usable provider until one succeeds: (its answer, the earlier failures, it)."""
         usable = await self.usable()
         if not usable:
             raise ChainDown(await self.chain_down() or "every provider is down")
         errors: list[ProviderError] = []
         for provider in usable:
             try:
-                found = await provider.extract(text)
+                found = await call(provider)
             except ProviderError as err:
                 errors.append(err)
                 if is_outage(err):
                     await self.record(provider, False, f"{err.code}: {err.detail}")
                 continue
-            return with_fallback_notes(found, errors, provider)
+            return found, errors, provider
         raise ProviderChainError(errors)
 
     async def probe_down(self) -> list[str]:

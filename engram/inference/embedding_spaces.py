@@ -52,7 +52,7 @@ def index_point(memory, vector: np.ndarray | Vector) -> IndexPoint:
         user_id=_get(memory, "user_id"), agent_id=_get(memory, "agent_id"), run_id=_get(memory, "run_id"),
         type=_get(memory, "type"), tags=list(_get(memory, "tags")), who=_get(memory, "who"),
         source_type=_get(memory, "source_type"), created_at=_get(memory, "created_at"),
-        deleted=_get(memory, "is_deleted"),
+        deleted=_get(memory, "is_deleted"), kind=_get(memory, "kind"),
     )
 
 
@@ -117,6 +117,14 @@ class EmbeddingSpaces:
         """`text`'s vector from every model held (a memory's new content). Raises
         EmbeddingUnavailable; with `permanent` when a model refuses the text."""
         return {model: _array((await space.embedder.embed([text]))[0]) for model, space in self._spaces.items()}
+
+    async def embed_texts(self, texts: list[str]) -> list[dict[str, np.ndarray]]:
+        """`embed_text` of each of `texts`, a batch per model."""
+        out: list[dict[str, np.ndarray]] = [{} for _ in texts]
+        for model, space in self._spaces.items():
+            for i, vector in enumerate(await space.embedder.embed(texts)):
+                out[i][model] = _array(vector)
+        return out
 
     async def store_text_vectors(self, conn: asyncpg.Connection, memory_id: UUID,
                                  vectors: dict[str, np.ndarray]) -> None:

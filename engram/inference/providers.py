@@ -42,12 +42,15 @@ from engram.domain.extraction import (
     build_messages,
     parse_extraction,
 )
+from engram.domain import decisions as decision_contract
+from engram.domain.decisions import Decisions
+from engram.domain.redaction import Redacted, redact
 from engram.domain.relevance import RERANK_SCHEMA, parse_scores, rerank_messages
 from engram.settings import Settings
 
 log = logging.getLogger(__name__)
 
-Stage = Literal["extract", "rerank"]
+Stage = Literal["extract", "decide", "rerank"]
 T = TypeVar("T")
 
 # The health probe answers quickly or not at all: a readiness check must not hang for the
@@ -103,6 +106,13 @@ class LLMProvider(Protocol):
         """Extract from `text`. Raises `ProviderError`; never returns unvalidated output."""
         ...
 
+    async def decide(self, facts: list[str], memories: list[str], known: tuple[str, ...] = ()) -> Decisions:
+        """Decisions about `facts` beside the existing `memories` (engram.domain.decisions);
+        `known` secrets are redacted from both wherever they appear.
+        Raises `ProviderError`, with code "malformed_output" for an answer that is not a
+        decisions object; single decisions it cannot accept are dropped with a warning."""
+        ...
+
     async def rerank(self, query: str, passages: list[str]) -> list[float]:
         """One relevance score from 0 to 10 per passage, in order (higher is more relevant).
 
@@ -135,7 +145,77 @@ def _parse(provider: LLMProvider, content: str, warnings: list[str]) -> Extracti
         raise ProviderError(provider.name, "malformed_output", str(exc)) from exc
 
 
-_CALL_NAMES: dict[Stage, str] = {"extract": "llm extraction", "rerank": "llm rerank"}
+_CALL_NAMES: dict[Stage, str] = {"extract": "llm extraction", "decide": "llm decision", "rerank": "llm rerank"}
+
+
+def _decisions(provider: LLMProvider, content: str, facts: int, memories: int, warnings: list[str]) -> Decisions:
+    try:
+        return decision_contract.parse_decisions(content, facts=facts, memories=memories, provider=provider.name,
+                                                 model=provider.model, warnings=warnings)
+    except MalformedOutput as exc:
+        raise ProviderError(provider.name, "malformed_output", str(exc)) from exc
+
+
+class Redaction:
+    """What a provider call sends instead of memory text: each secret replaced by a placeholder
+    (engram.domain.redaction), with the map back kept here. `terms` are the operator's own
+    sensitive words; `enabled` False sends text as it is."""
+
+    def __init__(self, enabled: bool = True, terms: tuple[str, ...] = ()) -> None:
+        self.enabled = enabled
+        self.terms = terms
+
+    def texts(self, texts: list[str], known: tuple[str, ...] = ()) -> tuple[list[str], Redacted]:
+        """`texts` redacted together, so one secret has one placeholder wherever it appears;
+        `known` are secrets found before (a fact's `sensitive`), redacted like terms."""
+        if not self.enabled:
+            return texts, Redacted(text="", secrets={})
+        terms = self.terms + known
+        # A NUL never occurs in stored text (the wire refuses it), and a line break ends every
+        # value the patterns take, so this separates the texts.
+        joined = redact(_SEPARATOR.join(texts), terms)
+        parts = joined.text.split(_SEPARATOR)
+        if len(parts) == len(texts):
+            return parts, joined
+        # A redaction ran over a separator (a private key block with no end line): one text at a
+        # time. A placeholder two texts use for different secrets is then not restored: the
+        # stored fact keeps the placeholder, and no secret leaves.
+        one_by_one = [redact(t, terms) for t in texts]
+        secrets: dict[str, str] = {}
+        clashes: set[str] = set()
+        for r in one_by_one:
+            for placeholder, original in r.secrets.items():
+                if secrets.setdefault(placeholder, original) != original:
+                    clashes.add(placeholder)
+        return ([r.text for r in one_by_one],
+                Redacted(text="", secrets={k: v for k, v in secrets.items() if k not in clashes}))
+
+
+NO_REDACTION = Redaction(enabled=False)
+_SEPARATOR = "\n\x00\n"
+
+
+def _restored(found: Extraction, redacted: Redacted) -> Extraction:
+    """`found` with the originals back where the model copied placeholders."""
+    if not redacted.secrets:
+        return found
+    back = redacted.restore
+    return found.model_copy(update={
+        "secrets": sorted(set(redacted.secrets.values())),
+        "facts": [f.model_copy(update={"content": back(f.content)}) for f in found.facts],
+        "entities": [e.model_copy(update={"source": back(e.source), "relationship": back(e.relationship),
+                                          "target": back(e.target)}) for e in found.entities],
+        "category": back(found.category) if found.category else found.category,
+        "tags": [back(t) for t in found.tags],
+    })
+
+
+def _restored_decisions(found: Decisions, redacted: Redacted) -> Decisions:
+    if not redacted.secrets:
+        return found
+    return found.model_copy(update={"secrets": sorted(set(redacted.secrets.values())), "decisions": [
+        d.model_copy(update={"content": redacted.restore(d.content) if d.content else d.content,
+                             "reason": redacted.restore(d.reason)}) for d in found.decisions]})
 
 
 def _scores(provider: LLMProvider, content: str, count: int) -> list[float]:
@@ -176,12 +256,14 @@ class OllamaProvider:
 
     name = "ollama"
 
-    def __init__(self, *, url: str, model: str, timeout_s: float, rerank: bool = False) -> None:
+    def __init__(self, *, url: str, model: str, timeout_s: float, rerank: bool = False,
+                 redaction: Redaction = NO_REDACTION) -> None:
         self.url = url
+        self._redaction = redaction
         self.model = model
         self.capabilities = ProviderCapabilities(
             extraction=True,
-            decision=False,
+            decision=True,
             rerank=rerank,
             timeout_s=timeout_s,
             max_input_tokens=OLLAMA_NUM_CTX - OUTPUT_TOKENS,
@@ -192,12 +274,24 @@ class OllamaProvider:
 
     async def extract(self, text: str) -> Extraction:
         """See `LLMProvider.extract`."""
-        messages, warnings = build_messages(text, self.capabilities.max_input_tokens)
-        return await self._ask("extract", messages, OUTPUT_SCHEMA, lambda content: _parse(self, content, warnings))
+        (sent,), redacted = self._redaction.texts([text])
+        messages, warnings = build_messages(sent, self.capabilities.max_input_tokens)
+        found = await self._ask("extract", messages, OUTPUT_SCHEMA, lambda content: _parse(self, content, warnings))
+        return _restored(found, redacted)
+
+    async def decide(self, facts: list[str], memories: list[str], known: tuple[str, ...] = ()) -> Decisions:
+        """See `LLMProvider.decide`."""
+        sent, redacted = self._redaction.texts(facts + memories, known)
+        messages, warnings = decision_contract.build_messages(sent[:len(facts)], sent[len(facts):],
+                                                              self.capabilities.max_input_tokens)
+        found = await self._ask("decide", messages, decision_contract.OUTPUT_SCHEMA,
+                                lambda content: _decisions(self, content, len(facts), len(memories), warnings))
+        return _restored_decisions(found, redacted)
 
     async def rerank(self, query: str, passages: list[str]) -> list[float]:
         """See `LLMProvider.rerank`."""
-        messages = rerank_messages(query, passages, self.capabilities.max_input_tokens)
+        sent, _ = self._redaction.texts([query, *passages])
+        messages = rerank_messages(sent[0], sent[1:], self.capabilities.max_input_tokens)
         return await self._ask("rerank", messages, RERANK_SCHEMA,
                                lambda content: _scores(self, content, len(passages)))
 
@@ -272,12 +366,13 @@ class OpenAIProvider:
     name = "openai"
 
     def __init__(self, *, base_url: str, api_key: str, model: str, timeout_s: float,
-                 rerank: bool = False) -> None:
+                 rerank: bool = False, redaction: Redaction = NO_REDACTION) -> None:
         self.base_url = base_url
+        self._redaction = redaction
         self.model = model
         self.capabilities = ProviderCapabilities(
             extraction=True,
-            decision=False,
+            decision=True,
             rerank=rerank,
             timeout_s=timeout_s,
             # What a small self-hosted server typically offers; OpenAI's own models allow more.
@@ -289,13 +384,25 @@ class OpenAIProvider:
 
     async def extract(self, text: str) -> Extraction:
         """See `LLMProvider.extract`. A refusal from the model raises code "refused"."""
-        messages, warnings = build_messages(text, self.capabilities.max_input_tokens)
-        return await self._ask("extract", messages, "extraction", OUTPUT_SCHEMA,
-                               lambda content: _parse(self, content, warnings))
+        (sent,), redacted = self._redaction.texts([text])
+        messages, warnings = build_messages(sent, self.capabilities.max_input_tokens)
+        found = await self._ask("extract", messages, "extraction", OUTPUT_SCHEMA,
+                                lambda content: _parse(self, content, warnings))
+        return _restored(found, redacted)
+
+    async def decide(self, facts: list[str], memories: list[str], known: tuple[str, ...] = ()) -> Decisions:
+        """See `LLMProvider.decide`. A refusal from the model raises code "refused"."""
+        sent, redacted = self._redaction.texts(facts + memories, known)
+        messages, warnings = decision_contract.build_messages(sent[:len(facts)], sent[len(facts):],
+                                                              self.capabilities.max_input_tokens)
+        found = await self._ask("decide", messages, "decisions", decision_contract.OUTPUT_SCHEMA,
+                                lambda content: _decisions(self, content, len(facts), len(memories), warnings))
+        return _restored_decisions(found, redacted)
 
     async def rerank(self, query: str, passages: list[str]) -> list[float]:
         """See `LLMProvider.rerank`. A refusal from the model raises code "refused"."""
-        messages = rerank_messages(query, passages, self.capabilities.max_input_tokens)
+        sent, _ = self._redaction.texts([query, *passages])
+        messages = rerank_messages(sent[0], sent[1:], self.capabilities.max_input_tokens)
         return await self._ask("rerank", messages, "rerank", RERANK_SCHEMA,
                                lambda content: _scores(self, content, len(passages)))
 
@@ -405,6 +512,7 @@ def build_provider_chain(settings: Settings) -> list[LLMProvider]:
     if settings.llm_timeout_s <= 0:
         raise ConfigError(f"llm_timeout_s must be positive, not {settings.llm_timeout_s}")
     chain: list[LLMProvider] = []
+    redaction = Redaction(settings.redact_outbound, tuple(settings.redact_terms))
     # dict.fromkeys drops a repeat while keeping the order; "none" matches neither branch.
     for name in dict.fromkeys((settings.llm_provider, settings.llm_secondary)):
         # llm_rerank vouches for the preferred provider's model only.
@@ -415,7 +523,7 @@ def build_provider_chain(settings: Settings) -> list[LLMProvider]:
             check_endpoint(settings, name, settings.ollama_url)
             chain.append(
                 OllamaProvider(url=settings.ollama_url, model=settings.ollama_model, timeout_s=settings.llm_timeout_s,
-                               rerank=rerank)
+                               rerank=rerank, redaction=redaction)
             )
         elif name == "openai":
             if not settings.openai_model:
@@ -428,6 +536,7 @@ def build_provider_chain(settings: Settings) -> list[LLMProvider]:
                     model=settings.openai_model,
                     timeout_s=settings.llm_timeout_s,
                     rerank=rerank,
+                    redaction=redaction,
                 )
             )
     return chain

@@ -53,9 +53,12 @@ class IndexPoint:
     source_type: str | None
     created_at: datetime
     deleted: bool = False
+    kind: str = "raw"
 
     def payload(self) -> dict:
         return {
+            # Points written before kinds existed have none: "raw" matches them as not "fact".
+            "kind": self.kind,
             "user_id": self.user_id, "agent_id": self.agent_id, "run_id": self.run_id,
             "type": self.type, "tags": list(self.tags), "who": self.who,
             "source_type": self.source_type, "created_at": self.created_at.timestamp(),
@@ -400,6 +403,11 @@ def _edge_filter(scope: Scope, filters: Filters, ids: list[UUID] | None = None):
     import qdrant_edge as q
 
     must = [q.FieldCondition(k, match=q.MatchValue(v)) for k, v in _conditions(scope, filters)]
+    must_not = []
+    if filters.kind == "fact":
+        must.append(q.FieldCondition("kind", match=q.MatchValue("fact")))
+    elif filters.kind == "raw":
+        must_not.append(q.FieldCondition("kind", match=q.MatchValue("fact")))
     if ids is not None:
         must.append(q.HasIdCondition({str(i) for i in ids}))
     for part, values in _restricted_parts(filters):
@@ -412,13 +420,18 @@ def _edge_filter(scope: Scope, filters: Filters, ids: list[UUID] | None = None):
             gte=filters.created_from.timestamp() if filters.created_from else None,
             lte=filters.created_to.timestamp() if filters.created_to else None,
         )))
-    return q.Filter(must=must)
+    return q.Filter(must=must, must_not=must_not or None)
 
 
 def _server_filter(scope: Scope, filters: Filters, ids: list[UUID] | None = None):
     from qdrant_client import models as m
 
     must: list = [m.FieldCondition(key=k, match=m.MatchValue(value=v)) for k, v in _conditions(scope, filters)]
+    must_not: list = []
+    if filters.kind == "fact":
+        must.append(m.FieldCondition(key="kind", match=m.MatchValue(value="fact")))
+    elif filters.kind == "raw":
+        must_not.append(m.FieldCondition(key="kind", match=m.MatchValue(value="fact")))
     if ids is not None:
         must.append(m.HasIdCondition(has_id=[str(i) for i in ids]))
     for part, values in _restricted_parts(filters):
@@ -433,4 +446,4 @@ def _server_filter(scope: Scope, filters: Filters, ids: list[UUID] | None = None
             gte=filters.created_from.timestamp() if filters.created_from else None,
             lte=filters.created_to.timestamp() if filters.created_to else None,
         )))
-    return m.Filter(must=must)
+    return m.Filter(must=must, must_not=must_not or None)

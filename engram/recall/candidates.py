@@ -30,6 +30,7 @@ class Candidate:
     access_count: int
     similarity: float | None  # cosine of the canonical embedding to the query; None if not embedded yet
     bm25: float
+    has_facts: bool = False  # a raw memory the write pipeline took facts from
 
 
 async def dense(index: VectorIndex, query_vector: np.ndarray, scope: Scope, filters: Filters,
@@ -146,4 +147,4 @@ async def rows(conn: asyncpg.Connection, ids: list[UUID], scope: Scope, filters:
     """The candidates that pass scope and filters now, with both raw scores."""
     found = await repo.candidate_rows(conn, ids, scope, filters, query_vector, model)
     return [Candidate(id=r.id, created_at=r.created_at, access_count=r.access_count, similarity=r.similarity,
-                      bm25=bm25.get(r.id, 0.0)) for r in found]
+                      bm25=bm25.get(r.id, 0.0), has_facts=r.has_facts) for r in found]

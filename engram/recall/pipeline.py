@@ -176,7 +176,12 @@ class Recall:
         s = self._settings
         t = time.perf_counter()
         fused, vector_norm, bm25_norm = fusion.fuse(found, s.rank_vector_weight, s.rank_bm25_weight)
-        t = explain.stage("fusion", t, vector_weight=s.rank_vector_weight, bm25_weight=s.rank_bm25_weight)
+        # What is current first: a raw memory ranks below the facts the write pipeline took from it.
+        for c in found:
+            if c.has_facts:
+                fused[c.id] *= s.rank_raw_with_facts
+        t = explain.stage("fusion", t, vector_weight=s.rank_vector_weight, bm25_weight=s.rank_bm25_weight,
+                          raw_with_facts=s.rank_raw_with_facts)
         access = {c.id: math.log1p(c.access_count) for c in found}
         base = {c.id: fused[c.id] + s.rank_access_weight * access[c.id] for c in found}
         rising = expansion.could_rise(base, fused, s.expansion_weight, places)

@@ -24,7 +24,7 @@ MEMORY_COLUMNS = """
     m.source_type, m.source_id, m.session_id, m.metadata, m.pinned, m.is_deleted, m.deleted_at,
     m.confidence, m.importance, m.extraction_status, m.extracted, m.access_count, m.last_accessed,
     m.embedding_model, m.extraction_model, m.content_hash, m.created_at, m.updated_at,
-    m.updated_by, m.version, m.status, m.manual_override_until
+    m.updated_by, m.version, m.status, m.manual_override_until, m.kind, m.derived_from
 """
 
 
@@ -62,20 +62,21 @@ async def insert_raw(conn: asyncpg.Connection, draft: MemoryDraft, *, memory_id:
         WITH m AS (
             INSERT INTO memories (id, user_id, agent_id, run_id, content, normalized_content,
                 content_hash, type, tags, who, source_type, source_id, session_id, metadata, pinned,
-                importance, extraction_status, token_count, updated_by, chain_hash)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $22)
+                importance, extraction_status, token_count, updated_by, chain_hash, kind, derived_from, confidence)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $22,
+                    $23, $24, $25)
             ON CONFLICT (scope_key, content_hash) WHERE NOT is_deleted DO NOTHING
             RETURNING id),
         postings AS (
             INSERT INTO memory_terms (memory_id, term, tf, user_id, agent_id, run_id)
             SELECT m.id, t.term, t.tf, $2, $3, $4 FROM m, unnest($20::text[], $21::int[]) AS t(term, tf)),
-        history AS ({_shifted(history.INSERT_SELECT, 22)} FROM m)
+        history AS ({_shifted(history.INSERT_SELECT, 25)} FROM m)
         SELECT count(*) > 0 FROM m
         """,
         memory_id, scope.user_id, scope.agent_id, scope.run_id, draft.content, normalized, content_hash(normalized),
         draft.type, draft.tags, draft.who, draft.source_type, draft.source_id, draft.session_id, draft.metadata,
         draft.pinned, draft.importance, extraction_status, length, actor, list(tf), list(tf.values()), digest,
-        *event_args,
+        draft.kind, draft.derived_from, draft.confidence, *event_args,
     )
     if not inserted:
         return False
@@ -265,6 +266,7 @@ class CandidateRow:
     created_at: datetime
     access_count: int
     similarity: float | None  # None where the memory has no embedding from the query's model yet
+    has_facts: bool = False  # a raw memory the write pipeline took facts from
 
 
 def _session_neighbour(column: str, before: bool) -> str:
@@ -298,13 +300,13 @@ async def candidate_rows(
     where = _in_scope(ids, scope, filters, query_vector, model)
     rows = await conn.fetch(
         f"""
-        SELECT m.id, m.created_at, m.access_count,
+        SELECT m.id, m.created_at, m.access_count, m.has_facts,
                CASE WHEN m.embedding_model = $3 THEN 1 - (m.embedding <=> $2) END AS similarity
         FROM memories m WHERE {where.sql()}
         """,
         *where.params,
     )
-    return [CandidateRow(r["id"], r["created_at"], r["access_count"], r["similarity"]) for r in rows]
+    return [CandidateRow(r["id"], r["created_at"], r["access_count"], r["similarity"], r["has_facts"]) for r in rows]
 
 
 async def session_neighbours(conn: asyncpg.Connection | asyncpg.Pool, ids: list[UUID]) -> dict[UUID, tuple[UUID, ...]]:

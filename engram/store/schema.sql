@@ -224,14 +224,20 @@ CREATE TABLE memories (
     status text NOT NULL DEFAULT 'active'::text,
     chain_hash text,
     dense_stale boolean NOT NULL DEFAULT false,
+    kind text NOT NULL DEFAULT 'raw'::text,
+    derived_from uuid[] NOT NULL DEFAULT '{}'::uuid[],
+    has_facts boolean NOT NULL DEFAULT false,
+    sensitive text[] NOT NULL DEFAULT '{}'::text[],
     CONSTRAINT memories_check CHECK (((user_id IS NOT NULL) OR (agent_id IS NOT NULL) OR (run_id IS NOT NULL))),
     CONSTRAINT memories_extraction_status_check CHECK ((extraction_status = ANY (ARRAY['pending'::text, 'unprocessed'::text, 'done'::text, 'skipped'::text, 'failed'::text]))),
+    CONSTRAINT memories_kind_check CHECK ((kind = ANY (ARRAY['raw'::text, 'fact'::text]))),
     CONSTRAINT memories_pkey PRIMARY KEY (id),
     CONSTRAINT memories_status_check CHECK ((status = ANY (ARRAY['active'::text, 'superseded'::text, 'deleted'::text, 'quarantined'::text])))
 );
 CREATE INDEX memories_agent_idx ON public.memories USING btree (agent_id, created_at);
 CREATE INDEX memories_created_at_idx ON public.memories USING btree (created_at, id);
 CREATE INDEX memories_dense_stale_idx ON public.memories USING btree (updated_at, id) WHERE dense_stale;
+CREATE INDEX memories_derived_from_idx ON public.memories USING gin (derived_from) WHERE (kind = 'fact'::text);
 CREATE INDEX memories_is_deleted_idx ON public.memories USING btree (is_deleted);
 CREATE INDEX memories_lexical_reweigh_idx ON public.memories USING btree (created_at, id) WHERE lexical_reweigh;
 CREATE INDEX memories_lexical_todo_agent_idx ON public.memories USING btree (agent_id) WHERE (NOT lexical_indexed);
@@ -248,6 +254,38 @@ CREATE INDEX memories_status_idx ON public.memories USING btree (status) WHERE (
 CREATE INDEX memories_type_idx ON public.memories USING btree (type);
 CREATE INDEX memories_unsealed_idx ON public.memories USING btree (created_at, id) WHERE (chain_hash IS NULL);
 CREATE INDEX memories_user_idx ON public.memories USING btree (user_id, created_at);
+
+CREATE TABLE memory_decisions (
+    id bigint NOT NULL DEFAULT nextval('memory_decisions_id_seq'::regclass),
+    source_memory_id uuid NOT NULL,
+    job_id uuid,
+    fact text NOT NULL,
+    fact_hash text NOT NULL,
+    fact_type text NOT NULL,
+    fact_confidence real NOT NULL,
+    action text NOT NULL,
+    target_id uuid,
+    memory_id uuid,
+    content text,
+    confidence real,
+    reason text,
+    outcome text NOT NULL,
+    detail text,
+    mode text NOT NULL,
+    provider text,
+    model text,
+    prompt_version text,
+    scope_key text NOT NULL,
+    created_at timestamp with time zone NOT NULL DEFAULT now(),
+    CONSTRAINT memory_decisions_action_check CHECK ((action = ANY (ARRAY['ADD'::text, 'UPDATE'::text, 'DELETE'::text, 'NONE'::text, 'MERGE'::text, 'CONTRADICT'::text]))),
+    CONSTRAINT memory_decisions_pkey PRIMARY KEY (id),
+    CONSTRAINT memory_decisions_source_memory_id_fact_hash_key UNIQUE (source_memory_id, fact_hash),
+    CONSTRAINT memory_decisions_source_memory_id_fkey FOREIGN KEY (source_memory_id) REFERENCES memories(id)
+);
+CREATE INDEX memory_decisions_memory_idx ON public.memory_decisions USING btree (memory_id) WHERE (memory_id IS NOT NULL);
+CREATE UNIQUE INDEX memory_decisions_pkey ON public.memory_decisions USING btree (id);
+CREATE UNIQUE INDEX memory_decisions_source_memory_id_fact_hash_key ON public.memory_decisions USING btree (source_memory_id, fact_hash);
+CREATE INDEX memory_decisions_target_idx ON public.memory_decisions USING btree (target_id) WHERE (target_id IS NOT NULL);
 
 CREATE TABLE memory_embeddings (
     memory_id uuid NOT NULL,

@@ -46,6 +46,8 @@ class Where:
             if not filters.include_deleted:
                 self.add_raw(f"NOT {alias}.is_deleted")
             self.add_raw(f"{alias}.status <> 'quarantined'")  # its row no longer matches its history
+        if filters.kind is not None:
+            self.add(f"{alias}.kind = {{}}", filters.kind)
         if filters.type is not None:
             self.add(f"{alias}.type = {{}}", filters.type)
         if filters.tags:

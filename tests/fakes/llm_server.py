@@ -4,6 +4,9 @@ It runs uvicorn on 127.0.0.1 in a background thread, so the real `ollama` and `o
 client libraries reach it over real loopback HTTP. Chat requests are answered from a FIFO
 script of `FakeReply`s, then from `default`; every request is recorded.
 
+Decision requests (the write pipeline's: their JSON schema asks for `decisions`) have their
+own script too, then `decision_default`; unscripted, every fact shown is an ADD.
+
 Embedding requests (`/api/embed`, `/v1/embeddings`) have their own script, so they never take
 a reply meant for a chat. Unscripted, they answer with `fake_embedding(text)`: a hashed bag of
 words, not normalised (as from a server that leaves that to the client), so texts sharing
@@ -98,6 +101,12 @@ class FakeReply:
         )
 
     @classmethod
+    def decisions(cls, *decisions: dict[str, Any], **kwargs: Any) -> FakeReply:
+        """A decision answer: each dict's missing fields default to an ADD of fact 1."""
+        base = {"fact": 1, "action": "ADD", "target": None, "content": None, "confidence": 0.9, "reason": "scripted"}
+        return cls.json({"decisions": [base | d for d in decisions]}, **kwargs)
+
+    @classmethod
     def delay(cls, seconds: float, then: FakeReply | None = None) -> FakeReply:
         """Wait `seconds` before answering (with `then`, or an empty extraction)."""
         reply = then or cls.json(EMPTY_EXTRACTION)
@@ -142,6 +151,8 @@ class FakeLLMServer:
         self._lock = threading.Lock()
         self._script: deque[FakeReply] = deque()
         self._embedding_script: deque[FakeReply] = deque()
+        self._decision_script: deque[FakeReply] = deque()
+        self.decision_default: FakeReply | None = None
         self._requests: list[RecordedRequest] = []
         self._stopping = threading.Event()
         self._server: uvicorn.Server | None = None
@@ -168,6 +179,14 @@ class FakeLLMServer:
         with self._lock:
             self._script.extend(replies)
 
+    def decision_requests(self) -> list[RecordedRequest]:
+        return [r for r in self.chat_requests() if _asks_for_decisions(r.body)]
+
+    def script_decisions(self, *replies: FakeReply) -> None:
+        """Queue answers for the next decision requests, in order."""
+        with self._lock:
+            self._decision_script.extend(replies)
+
     def script_embeddings(self, *replies: FakeReply) -> None:
         """Queue answers for the next embedding requests, in order. Only a reply's
         `http_status`, `content` (the error message), `delay_s` and `raw_body` are used."""
@@ -179,12 +198,18 @@ class FakeLLMServer:
         with self._lock:
             self._script.clear()
             self._embedding_script.clear()
+            self._decision_script.clear()
             self._requests.clear()
             self.default = FakeReply.json(EMPTY_EXTRACTION)
+            self.decision_default = None
             self.delay_all = 0.0
 
-    def _next_reply(self) -> FakeReply:
+    def _next_reply(self, body: Any) -> FakeReply:
         with self._lock:
+            if _asks_for_decisions(body):
+                if self._decision_script:
+                    return self._decision_script.popleft()
+                return self.decision_default or _add_every_fact(body)
             return self._script.popleft() if self._script else self.default
 
     def _next_embedding_reply(self) -> FakeReply | None:
@@ -215,7 +240,7 @@ class FakeLLMServer:
 
     async def _ollama_chat(self, request: Request) -> Response:
         body = await self._record(request) or {}
-        reply = self._next_reply()
+        reply = self._next_reply(body)
         await self._sleep(self.delay_all + reply.delay_s)
         if reply.raw_body is not None:
             return PlainTextResponse(reply.raw_body)
@@ -280,7 +305,7 @@ class FakeLLMServer:
 
     async def _openai_chat(self, request: Request) -> Response:
         body = await self._record(request) or {}
-        reply = self._next_reply()
+        reply = self._next_reply(body)
         await self._sleep(self.delay_all + reply.delay_s)
         if reply.raw_body is not None:
             return PlainTextResponse(reply.raw_body)
@@ -390,3 +415,20 @@ class FakeLLMServer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+def _asks_for_decisions(body: Any) -> bool:
+    """A chat request for the write pipeline's decisions: Ollama's `format` or OpenAI's
+    `json_schema` has a `decisions` property."""
+    if not isinstance(body, dict):
+        return False
+    schema = body.get("format")
+    if not isinstance(schema, dict):
+        schema = ((body.get("response_format") or {}).get("json_schema") or {}).get("schema")
+    return isinstance(schema, dict) and "decisions" in (schema.get("properties") or {})
+
+
+def _add_every_fact(body: dict) -> FakeReply:
+    text = " ".join(str(m.get("content", "")) for m in body.get("messages", []) if isinstance(m, dict))
+    facts = sorted({int(n) for n in re.findall(r'<fact id="(\d+)">', text)})
+    return FakeReply.decisions(*({"fact": n} for n in facts))

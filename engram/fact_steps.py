@@ -1,0 +1,280 @@
+"""The semantic write pipeline: a memory's extracted facts become memories of their own, or
+change the facts already held, as a model decides.
+
+For each new fact of a source memory:
+1. its nearest live facts in exactly the source's scope are read from Postgres (exact cosine,
+   so a fact written a moment ago counts);
+2. one that is nearly the same text and says the same (engram.domain.decisions.same_claim) is
+   a MERGE, decided without a model;
+3. the rest go to the model in one call, beside their candidates under temporary ids
+   (engram.domain.decisions); a fact with no candidate at all is an ADD, with no call;
+4. each decision is applied in its own short transaction, under the rollout mode and the
+   confidence thresholds (`decisions.plan`): an UPDATE or DELETE compares and sets the version
+   the model was shown, and is refused on a pinned memory, under a person's lock, or in a
+   frozen scope; a refused write adds the fact instead, so a fact is never lost. The
+   decision's row (memory_decisions) commits with its write, once per (source, fact).
+
+Raw memories are never a decision's target: they are what a caller said. The kill switch
+stops the step between two decisions (`Held`); the job parks and, when it is lifted, a drain
+runs the step again, which skips the facts already decided.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections import Counter
+from dataclasses import dataclass, field
+from uuid import UUID, uuid4
+
+import asyncpg
+import numpy as np
+
+from engram.changes import MemoryChanges
+from engram.control import Control
+from engram.domain import decisions as contract
+from engram.domain.changes import ChangeContext, ModelAttribution
+from engram.domain.control import Frozen
+from engram.domain.errors import EngramError
+from engram.domain.extraction import ExtractedFact, Extraction
+from engram.domain.models import Memory, MemoryDraft
+from engram.domain.text import content_hash, normalize
+from engram.inference.availability import Availability, is_outage
+from engram.inference.embedding_spaces import EmbeddingSpaces
+from engram.inference.providers import ProviderChainError
+from engram.settings import Settings
+from engram.store import changes as change_store
+from engram.store import facts as store
+from engram.store import memories as repo
+
+log = logging.getLogger(__name__)
+PIPELINE_ACTOR = "system:pipeline"
+PATH = "system:pipeline"
+MAX_SHOWN = 20  # memories one decision call may show, whatever the number of facts
+
+
+class Held(Exception):
+    """The kill switch went on, or the scope froze, between two decisions: the rest wait."""
+
+    def __init__(self, code: str, why: str) -> None:
+        super().__init__(why)
+        self.code = code
+        self.why = why
+
+
+@dataclass(frozen=True)
+class _Proposal:
+    action: str  # ADD, UPDATE, DELETE, NONE, CONTRADICT, or MERGE (no model)
+    confidence: float
+    reason: str
+    target: store.Candidate | None = None
+    content: str | None = None  # an UPDATE's
+    attribution: ModelAttribution = ModelAttribution()
+    secrets: tuple[str, ...] = ()  # redacted originals the content may hold again
+
+
+@dataclass
+class FactsResult:
+    """What the step did: decisions by "ACTION outcome", and warnings (dropped decisions...)."""
+
+    decided: Counter = field(default_factory=Counter)
+    warnings: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        return {"decided": dict(sorted(self.decided.items())), "warnings": self.warnings}
+
+
+class FactWriter:
+    def __init__(self, settings: Settings, pool: asyncpg.Pool, spaces: EmbeddingSpaces, changes: MemoryChanges,
+                 control: Control) -> None:
+        self._settings = settings
+        self._pool = pool
+        self._spaces = spaces
+        self._changes = changes
+        self._control = control
+        # One source at a time per scope in this process: two memories of a batch deciding
+        # against the same facts would otherwise both UPDATE one (the second then adds).
+        self._scopes: weakref.WeakValueDictionary[tuple, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    async def write(self, availability: Availability, source: Memory, found: Extraction, *, job_id: UUID | None,
+                    request_id: str | None) -> FactsResult:
+        """Decide and apply each of `found`'s facts not decided yet. Raises ChainDown, or
+        ProviderChainError when every provider failed for an outage (the job parks); Held
+        (the job parks); EmbeddingUnavailable. A malformed or refused answer is not raised:
+        the facts it left undecided are added, with a warning."""
+        mode = self._settings.write_pipeline
+        if mode == "off" or not found.facts:
+            return FactsResult()
+        key = (source.user_id, source.agent_id, source.run_id)
+        lock = self._scopes.get(key)
+        if lock is None:
+            lock = self._scopes[key] = asyncio.Lock()
+        async with lock:
+            return await self._write(availability, source, found, mode, job_id, request_id)
+
+    async def _write(self, availability: Availability, source: Memory, found: Extraction, mode: str,
+                     job_id: UUID | None, request_id: str | None) -> FactsResult:
+        result = FactsResult()
+        done = await store.decided(self._pool, source.id)
+        todo = [f for f in found.facts if _hash(f.content) not in done]
+        if not todo:
+            return result
+        model, _ = await self._spaces.active()
+        vectors = await self._spaces.embed_texts([f.content for f in todo])
+        near = [await store.nearest_facts(self._pool, source.scope, v[model], model,
+                                          self._settings.decision_candidates) for v in vectors]
+        proposals = self._without_model(todo, near)
+        ask = [i for i, p in enumerate(proposals) if p is None]
+        if ask:
+            await self._ask_model(availability, todo, near, ask, proposals, found.secrets, result)
+        extraction = ModelAttribution(found.provider, found.model, found.prompt_version)
+        for fact, vector, proposal in zip(todo, vectors, proposals):
+            outcome = await self._apply(source, fact, vector, proposal, mode, extraction, found.secrets, job_id,
+                                        request_id)
+            result.decided[f"{proposal.action} {outcome}"] += 1
+        return result
+
+    def _without_model(self, todo: list[ExtractedFact], near: list[list[store.Candidate]]) -> list[_Proposal | None]:
+        """MERGE onto a near-duplicate, ADD when there is nothing near; None: the model decides."""
+        proposals: list[_Proposal | None] = []
+        for fact, candidates in zip(todo, near):
+            top = candidates[0] if candidates else None
+            if top is None:
+                proposals.append(_Proposal("ADD", 1.0, "no fact of the scope is near it"))
+            elif top.similarity >= self._settings.merge_similarity and contract.same_claim(fact.content, top.content):
+                proposals.append(_Proposal("MERGE", top.similarity, f"cosine {top.similarity:.3f} to an existing fact "
+                                                                    "saying the same", target=top))
+            else:
+                proposals.append(None)
+        return proposals
+
+    async def _ask_model(self, availability: Availability, todo: list[ExtractedFact],
+                         near: list[list[store.Candidate]], ask: list[int], proposals: list[_Proposal | None],
+                         secrets: list[str], result: FactsResult) -> None:
+        """Fill `proposals[i]` for each i in `ask` from one decision call; a fact the model left
+        undecided (or an answer it could not give) is added."""
+        shown: dict[UUID, store.Candidate] = {}
+        for candidate in sorted((c for i in ask for c in near[i]), key=lambda c: -c.similarity):
+            if candidate.id not in shown and len(shown) < MAX_SHOWN:
+                shown[candidate.id] = candidate
+        memories = list(shown.values())
+        known = tuple(sorted({s for m in memories for s in m.sensitive} | set(secrets)))
+        try:
+            answer = await availability.decide([todo[i].content for i in ask], [m.content for m in memories], known)
+        except ProviderChainError as err:
+            if all(is_outage(e) for e in err.errors):
+                raise
+            result.warnings.append(f"no decisions: {err}; the facts were added")
+            answer = None
+        if answer is not None:
+            result.warnings.extend(answer.warnings)
+            attribution = ModelAttribution(answer.provider, answer.model, answer.prompt_version)
+            for d in answer.decisions:
+                proposals[ask[d.fact - 1]] = _Proposal(
+                    d.action, d.confidence, d.reason, target=memories[d.target - 1] if d.target else None,
+                    content=d.content, attribution=attribution, secrets=tuple(answer.secrets) + known)
+        for i in ask:
+            if proposals[i] is None:
+                if answer is not None:
+                    result.warnings.append(f"fact {todo[i].content[:60]!r}: no decision from the model; added")
+                proposals[i] = _Proposal("ADD", 0.0, "no decision from the model")
+
+    async def _apply(self, source: Memory, fact: ExtractedFact, vectors: dict[str, np.ndarray], p: _Proposal,
+                     mode: str, extraction: ModelAttribution, secrets: list[str], job_id: UUID | None,
+                     request_id: str | None) -> str:
+        """Apply one proposal with its decision row, in one transaction; the outcome recorded
+        ("already" when another run recorded this fact first)."""
+        thresholds = contract.Thresholds(self._settings.decision_min_confidence_update,
+                                         self._settings.decision_min_confidence_delete)
+        step = contract.plan(p.action, p.confidence, mode, thresholds)
+        new_vectors = None
+        if step.act == "UPDATE":  # embedded before any lock is taken
+            new_vectors = await self._spaces.embed_text(p.content)
+        ctx = ChangeContext(path=PATH, request_id=request_id, model=p.attribution)
+        outcome, detail, written, add = step.outcome, step.detail, None, step.act == "ADD"
+        try:
+            async with self._pool.acquire() as conn:
+                async with conn.transaction():
+                    if step.act is not None:
+                        await self._check_held(source, conn)
+                    if step.act in ("UPDATE", "DELETE"):
+                        try:
+                            async with conn.transaction():
+                                await self._changes.decide_in(conn, p.target.id, step.act, reason=p.reason,
+                                                              if_version=p.target.version, ctx=ctx,
+                                                              content=p.content, vectors=new_vectors)
+                            written = p.target.id
+                            if step.act == "UPDATE":
+                                await store.add_source(conn, p.target.id, source.id)
+                                await store.set_sensitive(conn, p.target.id, _held_in(p.content, p.secrets))
+                        except Frozen as err:
+                            raise Held("Frozen", err.detail) from err
+                        except EngramError as err:  # pinned, a person's lock, a newer version...
+                            outcome, detail, add = "refused", f"{err.type}: {err.detail}; the fact was added", True
+                    if add:
+                        written, held_by = await self._add(conn, source, fact, vectors, extraction, secrets, request_id)
+                        if held_by:
+                            detail = f"{detail + '; ' if detail else ''}the fact is held by memory {held_by} already"
+                    elif step.act is None and p.target is not None and mode != "shadow" and p.action != "CONTRADICT":
+                        await store.add_source(conn, p.target.id, source.id)  # NONE, MERGE: it supports the fact
+                    recorded = await store.record(
+                        conn, source.scope, source_memory_id=source.id, job_id=job_id, fact=fact.content,
+                        fact_hash=_hash(fact.content), fact_type=fact.type, fact_confidence=fact.confidence,
+                        action=p.action, target_id=p.target.id if p.target else None, memory_id=written,
+                        content=p.content, confidence=p.confidence, reason=p.reason, outcome=outcome, detail=detail,
+                        mode=mode, provider=p.attribution.provider, model=p.attribution.model,
+                        prompt_version=p.attribution.prompt_version)
+                    if not recorded:
+                        raise _DecidedElsewhere
+                    if written is not None:
+                        await change_store.wake_index_sync(conn)
+        except _DecidedElsewhere:
+            return "already"
+        log.info("fact decided", extra={"memory_id": str(source.id), "job_id": str(job_id) if job_id else None,
+                                        "stage": "decide", "outcome": f"{p.action} {outcome}",
+                                        "provider": p.attribution.provider, "model": p.attribution.model})
+        return outcome
+
+    async def _add(self, conn: asyncpg.Connection, source: Memory, fact: ExtractedFact,
+                   vectors: dict[str, np.ndarray], extraction: ModelAttribution, secrets: list[str],
+                   request_id: str | None) -> tuple[UUID, UUID | None]:
+        """Write the fact as a memory of the source's scope: (its id, None), or (the id of the
+        live memory of the scope that holds this content already, that id) with lineage added."""
+        draft = MemoryDraft(
+            scope=source.scope, content=fact.content, type=fact.type, who=source.who,
+            source_type=source.source_type, source_id=source.source_id, session_id=source.session_id,
+            kind="fact", derived_from=[source.id], confidence=fact.confidence)
+        memory_id = uuid4()
+        if not await repo.insert_raw(conn, draft, memory_id=memory_id, actor=PIPELINE_ACTOR,
+                                     stemmer=self._settings.bm25_stemmer, extraction_status="skipped",
+                                     request_id=request_id, actor_type="agent", path=PATH, model=extraction):
+            held = await repo.find_live_by_hash(conn, source.scope, content_hash(normalize(fact.content)))
+            await store.add_source(conn, held, source.id)
+            return held, held
+        await self._spaces.store_text_vectors(conn, memory_id, vectors)
+        await store.mark_stale(conn, memory_id)
+        await store.note_facts(conn, source.id)
+        if held := _held_in(fact.content, secrets):
+            await store.set_sensitive(conn, memory_id, held)
+        return memory_id, None
+
+    async def _check_held(self, source: Memory, conn: asyncpg.Connection) -> None:
+        if not await self._control.autonomous_allowed(conn):
+            raise Held("KillSwitch", "the kill switch is on: model decisions wait (engram control kill-switch off)")
+        try:
+            await self._control.check(source.scope, conn)
+        except Frozen as err:
+            raise Held("Frozen", err.detail) from err
+
+
+class _DecidedElsewhere(Exception):
+    """Another run recorded this fact's decision first: this transaction rolls back."""
+
+
+def _held_in(content: str | None, secrets) -> list[str]:
+    return sorted(s for s in set(secrets) if content and s in content)
+
+
+def _hash(fact: str) -> str:
+    return content_hash(normalize(fact))
