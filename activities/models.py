@@ -159,3 +159,25 @@ class ControlRecordInput(BaseModel):
     actor: str
     role: str
     reason: str
+
+
+class EscalateInput(BaseModel):
+    review_id: UUID
+    actor: str
+    reason: str
+
+
+class ResolveReviewInput(BaseModel):
+    review_id: UUID
+    resolution: str
+    actor: str
+    role: str
+    reason: str
+    content: str | None = None
+    path: str = "http"
+    expired: bool = False
+
+
+class ResolveReviewOutput(BaseModel):
+    status: str
+    detail: str | None = None

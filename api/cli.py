@@ -210,6 +210,19 @@ def cmd_approvals(args) -> None:
     _print(_call("POST", f"/api/approvals/{args.operation_id}/{args.approvals_command}", json={"reason": args.reason}))
 
 
+def cmd_review(args) -> None:
+    if args.review_command == "list":
+        params = {"status": args.status} if args.status else {}
+        for r in _call("GET", "/api/reviews", params=params)["items"]:
+            print(f"{r['id']}  {r['status']:<9}  new: {r['new']['content']!r}"
+                  f"  vs existing: {r['existing']['content']!r}  ({r['reason'] or 'no reason given'})")
+        return
+    body = {"resolution": args.resolution, "reason": args.reason}
+    if args.content:
+        body["content"] = args.content
+    _print(_call("POST", f"/api/reviews/{args.review_id}/resolve", json=body))
+
+
 def cmd_verify_receipt(args) -> None:
     receipt = json.loads(Path(args.file).read_text())
     result = _call("POST", "/api/receipts/verify", json=receipt)
@@ -421,6 +434,18 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("operation_id")
         p.add_argument("--reason", required=True)
         p.set_defaults(func=cmd_approvals)
+
+    review = sub.add_parser("review", help="contradictions the write pipeline kept for a person")
+    review_commands = review.add_subparsers(dest="review_command", required=True)
+    p = review_commands.add_parser("list", help="waiting reviews (open, escalated), oldest first")
+    p.add_argument("--status", choices=["open", "escalated", "resolved", "expired"])
+    p.set_defaults(func=cmd_review)
+    p = review_commands.add_parser("resolve", help="end a review: keep_existing, replace, keep_both, merge, escalate")
+    p.add_argument("review_id")
+    p.add_argument("resolution", choices=["keep_existing", "replace", "keep_both", "merge", "escalate"])
+    p.add_argument("--reason", required=True)
+    p.add_argument("--content", help="the merged text (merge only)")
+    p.set_defaults(func=cmd_review)
 
     control = sub.add_parser("control", help="the operational switches: freeze mutations, the kill switch (operators)")
     control_commands = control.add_subparsers(dest="control_command", required=True)

@@ -33,6 +33,7 @@ from engram.domain.changes import (
     ModifyBatchResponse, Reason, RecoverRequest, RollbackRequest, VerifyReport,
 )
 from engram.domain.control import ControlStatus, SwitchChange
+from engram.domain.reviews import ResolveRequest, Review, ReviewPage
 from engram.domain.errors import DatabaseUnavailable, EngramError, RateLimited, VersionConflict
 from engram.domain.forget import (
     Decision, ForgetExecute, ForgetPreview, ForgetRequest, ForgetStatus, OperationList, UndoResult,
@@ -103,6 +104,10 @@ def changes(request: Request):
 
 def forgets(request: Request):
     return request.app.state.runtime.forgets
+
+
+def reviews(request: Request):
+    return request.app.state.runtime.reviews
 
 
 OperationId = Annotated[str, Path(pattern=r"^forget-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
@@ -361,6 +366,24 @@ def create_app(runtime_factory) -> FastAPI:
               responses=_errors(401, 403, 404, 409, 413, 422, 503))
     async def reject(operation_id: OperationId, body: Decision, request: Request, caller: Caller):
         return await forgets(request).decide(caller, operation_id, False, body)
+
+    @app.get("/api/reviews", response_model=ReviewPage, responses=_errors(401, 403, 422, 503))
+    async def list_reviews(request: Request, caller: Caller,
+                           status: Literal["open", "escalated", "resolved", "expired"] | None = None,
+                           limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50):
+        """Contradictions kept for a person, oldest first: waiting ones (open, escalated) by default."""
+        return await reviews(request).list(caller, status=status, limit=limit)
+
+    @app.get("/api/reviews/{review_id:uuid}", response_model=Review, responses=_errors(401, 403, 404, 422, 503))
+    async def get_review(review_id: UUID, request: Request, caller: Caller):
+        return await reviews(request).get(caller, review_id)
+
+    @app.post("/api/reviews/{review_id:uuid}/resolve", response_model=Review,
+              responses=_errors(401, 403, 404, 409, 413, 422, 503))
+    async def resolve_review(review_id: UUID, body: ResolveRequest, request: Request, caller: Caller, ctx: Context):
+        """keep_existing, replace, keep_both, merge (with `content`), or escalate (to an operator).
+        Answers once the review's workflow has applied it, or as it stands after 10 s."""
+        return await reviews(request).resolve(caller, review_id, body, path=ctx.path)
 
     @app.post("/api/receipts/verify", response_model=ReceiptCheck, responses=_errors(401, 413, 422, 503))
     async def verify_receipt(body: dict[str, Any], request: Request, caller: Caller):

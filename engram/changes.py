@@ -205,6 +205,13 @@ class MemoryChanges:
         change = _Change(event, reason, fields, if_version, vectors, by_model=True)
         return await self._apply(conn, auth.PIPELINE, memory_id, change, ctx)
 
+    async def update_in(self, conn: asyncpg.Connection, principal: auth.Principal, memory_id: UUID, *, content: str,
+                        vectors: dict[str, np.ndarray] | None, reason: str, ctx: ChangeContext) -> Memory:
+        """A new content (embedded as `vectors`) in the caller's transaction, as `modify` makes
+        it (a review's merge). Raises what `modify` raises."""
+        return await self._apply(conn, principal, memory_id, _Change("UPDATE", reason, {"content": content},
+                                                                     vectors=vectors), ctx)
+
     # -- a batch ------------------------------------------------------------------------------
 
     async def modify_batch(self, principal: auth.Principal, items: list[dict],

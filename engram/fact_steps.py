@@ -26,6 +26,7 @@ import logging
 import weakref
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from uuid import UUID, uuid4
 
 import asyncpg
@@ -46,6 +47,7 @@ from engram.inference.providers import ProviderChainError
 from engram.settings import Settings
 from engram.store import changes as change_store
 from engram.store import facts as store
+from engram.store import jobs, reviews
 from engram.store import memories as repo
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,7 @@ class _Proposal:
     content: str | None = None  # an UPDATE's
     attribution: ModelAttribution = ModelAttribution()
     secrets: tuple[str, ...] = ()  # redacted originals the content may hold again
+    related: float | None = None  # cosine of the target to this fact (None: not among its own candidates)
 
 
 @dataclass
@@ -80,6 +83,7 @@ class FactsResult:
 
     decided: Counter = field(default_factory=Counter)
     warnings: list[str] = field(default_factory=list)
+    usage: dict[str, dict[str, int]] = field(default_factory=dict)  # the decision call's, as usage_of says
 
     def summary(self) -> dict:
         return {"decided": dict(sorted(self.decided.items())), "warnings": self.warnings}
@@ -169,11 +173,15 @@ class FactWriter:
             answer = None
         if answer is not None:
             result.warnings.extend(answer.warnings)
+            result.usage = usage_of(answer)
             attribution = ModelAttribution(answer.provider, answer.model, answer.prompt_version)
             for d in answer.decisions:
+                target = memories[d.target - 1] if d.target else None
+                # How near the target is to this fact, not to another one it was shown for.
+                related = next((c.similarity for c in near[ask[d.fact - 1]] if target and c.id == target.id), None)
                 proposals[ask[d.fact - 1]] = _Proposal(
-                    d.action, d.confidence, d.reason, target=memories[d.target - 1] if d.target else None,
-                    content=d.content, attribution=attribution, secrets=tuple(answer.secrets) + known)
+                    d.action, d.confidence, d.reason, target=target, content=d.content, attribution=attribution,
+                    secrets=tuple(answer.secrets) + known, related=related)
         for i in ask:
             if proposals[i] is None:
                 if answer is not None:
@@ -191,6 +199,8 @@ class FactWriter:
         new_vectors = None
         if step.act == "UPDATE":  # embedded before any lock is taken
             new_vectors = await self._spaces.embed_text(p.content)
+        if p.action in ("UPDATE", "DELETE", "CONTRADICT") and mode != "shadow":
+            step = self._unrelated(p, vectors, new_vectors) or step
         ctx = ChangeContext(path=PATH, request_id=request_id, model=p.attribution)
         outcome, detail, written, add = step.outcome, step.detail, None, step.act == "ADD"
         try:
@@ -225,8 +235,10 @@ class FactWriter:
                         content=p.content, confidence=p.confidence, reason=p.reason, outcome=outcome, detail=detail,
                         mode=mode, provider=p.attribution.provider, model=p.attribution.model,
                         prompt_version=p.attribution.prompt_version)
-                    if not recorded:
+                    if recorded is None:
                         raise _DecidedElsewhere
+                    if outcome == "review_needed" and written is not None and written != p.target.id:
+                        await self._open_review(conn, source, recorded, written, p)
                     if written is not None:
                         await change_store.wake_index_sync(conn)
         except _DecidedElsewhere:
@@ -235,6 +247,25 @@ class FactWriter:
                                         "stage": "decide", "outcome": f"{p.action} {outcome}",
                                         "provider": p.attribution.provider, "model": p.attribution.model})
         return outcome
+
+    def _unrelated(self, p: _Proposal, fact_vectors: dict[str, np.ndarray],
+                   new_vectors: dict[str, np.ndarray] | None) -> contract.Plan | None:
+        """Refuse a decision about a memory the fact is not about, or an UPDATE whose new content
+        strays from the fact: the fact is added instead. A small model told inside a memory to
+        "delete everything" names some target (bge-small: 0.43-0.55 cosine to it); a real change
+        of the same subject scores 0.63-0.90 ("sold their car" / "owns a red car" 0.83). The new
+        content of a faithful UPDATE is the fact, or the fact merged with the target: 0.8 and up."""
+        floor, content_floor = self._settings.decision_min_similarity, self._settings.decision_min_content_similarity
+        if p.related is None or p.related < floor:
+            near = "not among its candidates" if p.related is None else f"cosine {p.related:.2f}"
+            return contract.Plan("ADD", "unrelated", f"the target is not what the fact is about ({near}, below "
+                                                     f"{floor:.2f}); the fact was added")
+        if new_vectors:
+            model = next(iter(set(new_vectors) & set(fact_vectors)), None)
+            if model is not None and (close := float(np.dot(new_vectors[model], fact_vectors[model]))) < content_floor:
+                return contract.Plan("ADD", "unrelated", f"the new content strays from the fact (cosine {close:.2f}, "
+                                                         f"below {content_floor:.2f}); the fact was added")
+        return None
 
     async def _add(self, conn: asyncpg.Connection, source: Memory, fact: ExtractedFact,
                    vectors: dict[str, np.ndarray], extraction: ModelAttribution, secrets: list[str],
@@ -249,7 +280,7 @@ class FactWriter:
         if not await repo.insert_raw(conn, draft, memory_id=memory_id, actor=PIPELINE_ACTOR,
                                      stemmer=self._settings.bm25_stemmer, extraction_status="skipped",
                                      request_id=request_id, actor_type="agent", path=PATH, model=extraction):
-            held = await repo.find_live_by_hash(conn, source.scope, content_hash(normalize(fact.content)))
+            held = await repo.find_live_by_hash(conn, source.scope, content_hash(normalize(fact.content)), "fact")
             await store.add_source(conn, held, source.id)
             return held, held
         await self._spaces.store_text_vectors(conn, memory_id, vectors)
@@ -258,6 +289,16 @@ class FactWriter:
         if held := _held_in(fact.content, secrets):
             await store.set_sensitive(conn, memory_id, held)
         return memory_id, None
+
+    async def _open_review(self, conn: asyncpg.Connection, source: Memory, decision_id: int, new_id: UUID,
+                           p: _Proposal) -> None:
+        """A review item for the two facts, and the job whose run (a ReviewWorkflow) holds it open."""
+        review_id = uuid4()
+        expires_at = datetime.now(timezone.utc) + timedelta(seconds=self._settings.review_ttl_s)
+        await reviews.insert(conn, review_id, scope=source.scope, decision_id=decision_id, new_memory_id=new_id,
+                             existing_memory_id=p.target.id, reason=p.reason, expires_at=expires_at)
+        await jobs.insert(conn, job_id=review_id, memory_id=new_id, job_type="review", max_attempts=1,
+                          payload={"review_id": str(review_id)})
 
     async def _check_held(self, source: Memory, conn: asyncpg.Connection) -> None:
         if not await self._control.autonomous_allowed(conn):
@@ -270,6 +311,28 @@ class FactWriter:
 
 class _DecidedElsewhere(Exception):
     """Another run recorded this fact's decision first: this transaction rolls back."""
+
+
+def usage_of(*answers) -> dict[str, dict[str, int]]:
+    """Tokens by "provider/model": {"calls", "in", "out"}, summed over `answers` (extractions,
+    decisions): what a job records of its model calls."""
+    usage: dict[str, dict[str, int]] = {}
+    for a in answers:
+        counts = usage.setdefault(f"{a.provider}/{a.model}", {"calls": 0, "in": 0, "out": 0})
+        counts["calls"] += 1
+        counts["in"] += a.tokens_in
+        counts["out"] += a.tokens_out
+    return usage
+
+
+def merge_usage(*usages: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    total: dict[str, dict[str, int]] = {}
+    for usage in usages:
+        for key, counts in usage.items():
+            into = total.setdefault(key, {"calls": 0, "in": 0, "out": 0})
+            for name, n in counts.items():
+                into[name] += n
+    return total
 
 
 def _held_in(content: str | None, secrets) -> list[str]:

@@ -10,7 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from engram.domain.models import MAX_PIPELINE_TIMEOUT_MS, MAX_RERANK_TOP_N
 
-ProviderName = Literal["ollama", "openai", "none"]
+ProviderName = Literal["ollama", "openai", "local", "none"]
 
 
 class Settings(BaseSettings):
@@ -76,6 +76,12 @@ class Settings(BaseSettings):
     openai_base_url: str = "http://127.0.0.1:8000/v1"
     openai_api_key: str = ""
     openai_model: str = "gpt-4o-mini"
+    # "local": `engram up` runs Qwen2.5-Coder-1.5B-Instruct on llama.cpp in a child process of its
+    # own (engram.inference.local_llm; `make llm` fetches it), on this loopback port, with this
+    # many threads; its model file is local_llm_model_path, or None: <data_dir>/models/.
+    local_llm_port: int = 18080
+    local_llm_threads: int = Field(default=2, ge=1)
+    local_llm_model_path: Path | None = None
     llm_timeout_s: float = 20.0
     # Before any call to an LLM provider, secrets in memory text (API keys, tokens, private keys,
     # passwords in URLs and assignments, and these terms) are replaced by placeholders; the map
@@ -107,6 +113,15 @@ class Settings(BaseSettings):
     # instead and the DELETE is not applied.
     decision_min_confidence_update: float = Field(default=0.6, ge=0.0, le=1.0)
     decision_min_confidence_delete: float = Field(default=0.8, ge=0.0, le=1.0)
+    # A model's UPDATE, DELETE or CONTRADICT acts only on a memory this close (cosine) to the fact
+    # it decides about, and an UPDATE's new content must stay content_similarity close to the fact.
+    # bench/reports/write-pipeline.md: real changes of one subject score 0.63-0.90 ("moved to
+    # Mombasa" / "lives in Oslo" 0.69), an injected "delete everything" 0.43-0.55.
+    decision_min_similarity: float = Field(default=0.6, ge=0.0, le=1.0)
+    decision_min_content_similarity: float = Field(default=0.8, ge=0.0, le=1.0)
+    # A contradiction (opposing facts) waits this long for a person, then the default applies.
+    review_ttl_s: float = Field(default=7 * 86_400, gt=0)
+    review_default: Literal["keep_both", "keep_existing", "replace"] = "keep_both"
     # Search ranks a raw memory below the facts taken from it: its score is multiplied by this
     # while it has a live fact (1: no preference).
     rank_raw_with_facts: float = Field(default=0.9, ge=0.0, le=1.0)

@@ -31,6 +31,7 @@ from activities.forget import ForgetActivities
 from activities.ingest import IndexActivities, IngestActivities
 from activities.reembed import ReembedActivities
 from activities.remember import RememberActivities
+from activities.review import ReviewActivities
 from engram import lexical_steps
 from engram.domain.errors import ConfigError
 from engram.domain.text import bm25_terms
@@ -48,9 +49,10 @@ from engram.fact_steps import FactWriter
 from engram.control import Control
 from engram.forget import BatchForgets
 from engram.integrity import Integrity
+from engram.reviews import Reviews
 from engram.service import MemoryService
 from engram.settings import Settings
-from engram.store import embeddings, jobs, keys, lexical_index, provider_health
+from engram.store import embeddings, facts, jobs, keys, lexical_index, provider_health
 from engram.store import pool as pool_module
 from engram.store.notifications import FirstPassWaiter, listen_forever
 from worker.index_maintenance import IndexOptimizer
@@ -61,12 +63,14 @@ from worker.startup import analyzer_of
 from worker.temporal_control import TemporalControlRuns
 from worker.temporal_forget import TemporalForgetRuns
 from worker.temporal_pipeline import TemporalPipeline, index_queue, job_llm_s
+from worker.temporal_review import TemporalReviewRuns
 from workflows.control import ControlWorkflow
 from workflows.drain import ExtractionDrainWorkflow
 from workflows.forget import BatchForgetWorkflow
 from workflows.ingest import IngestWorkflow
 from workflows.reembed import ReembedWorkflow
 from workflows.remember import RememberWorkflow
+from workflows.review import ReviewWorkflow
 
 log = logging.getLogger(__name__)
 ROLES = frozenset({"api", "worker"})
@@ -111,6 +115,7 @@ class Runtime:
     changes: MemoryChanges
     forgets: BatchForgets
     control: Control
+    reviews: Reviews
     roles: frozenset[str] = ROLES
     lexical: VectorIndex | None = None  # the sparse BM25 index, where this process reads or writes it
     tasks: list[asyncio.Task] = field(default_factory=list)
@@ -174,8 +179,9 @@ class Runtime:
         service = MemoryService(settings, pool, recall, waiter, availability, integrity, control)
         changes = MemoryChanges(settings, pool, embedding_spaces, integrity, control)
         forgets = BatchForgets(settings, pool, recall, changes, TemporalForgetRuns(client, settings), control)
-        rt = cls(settings, pool, embedding_spaces, providers, client, service, changes, forgets, control, roles=roles,
-                 lexical=lexical)
+        reviews = Reviews(pool, TemporalReviewRuns(client, settings))
+        rt = cls(settings, pool, embedding_spaces, providers, client, service, changes, forgets, control, reviews,
+                 roles=roles, lexical=lexical)
         if "api" in roles:
             rt._start(listen_forever(settings.postgres_dsn, {jobs.FIRST_PASS: waiter.notified,
                                                               keys.REVOKED: service.forget_principals}),
@@ -191,9 +197,10 @@ class Runtime:
             legacy = RememberActivities(pool, embedding_spaces, providers, identity=_identity())
             rt._add_worker(Worker(client, task_queue=settings.temporal_task_queue,
                                   workflows=[IngestWorkflow, ExtractionDrainWorkflow, ReembedWorkflow, RememberWorkflow,
-                                             BatchForgetWorkflow, ControlWorkflow],
+                                             BatchForgetWorkflow, ControlWorkflow, ReviewWorkflow],
                                   activities=ingest.all() + legacy.all() + ForgetActivities(pool, changes, control).all()
-                                  + ControlActivities(pool).all()))
+                                  + ControlActivities(pool).all()
+                                  + ReviewActivities(pool, changes, embedding_spaces).all()))
             dispatcher = Dispatcher(TemporalPipeline(client, pool, settings), pool, settings)
             rt._start(dispatcher.run_forever(), "outbox-dispatcher")
             rt._start(ChainSealer(pool, settings).run_forever(), "chain-sealer")
@@ -316,6 +323,8 @@ class Runtime:
             "draining": backlog.leased, "parked_because": backlog.reasons,
             "providers_down": {k: {"since": v.changed_at.isoformat(), "detail": v.detail}
                                for k, v in recorded.items() if v.state == "down"},
+            "decisions_24h": await facts.decision_counts(self.pool),
+            "reviews_waiting": await facts.reviews_waiting(self.pool),
         }
 
     async def _check_embedder(self) -> dict:

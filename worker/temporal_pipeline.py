@@ -20,8 +20,9 @@ from engram.settings import Settings
 from engram.store import jobs
 from workflows.drain import ExtractionDrainWorkflow, drain_workflow_id
 from workflows.ingest import IngestWorkflow
-from workflows.models import DrainInput, IngestInput, ReembedInput
+from workflows.models import DrainInput, IngestInput, ReembedInput, ReviewInput
 from workflows.reembed import ReembedWorkflow
+from workflows.review import ReviewWorkflow
 
 log = logging.getLogger(__name__)
 _START_WAIT_S = 5.0
@@ -50,10 +51,16 @@ class TemporalPipeline:
         return True
 
     async def start_job(self, job: jobs.Unstarted) -> bool:
-        """Start the run of a job that has one of its own (a re-embed). False if Temporal did not answer."""
-        arg = ReembedInput(job_id=job.id, target=job.payload["target"], batch_size=self._settings.reembed_batch_size,
-                           task_queue=index_queue(self._settings))
-        if not await self._start(ReembedWorkflow.run, arg, jobs.workflow_id_for(job.id, job.job_type)):
+        """Start the run of a job that has one of its own (a re-embed, a review). False if
+        Temporal did not answer."""
+        s = self._settings
+        if job.job_type == "review":
+            run, arg = ReviewWorkflow.run, review_input(s, UUID(job.payload["review_id"]))
+        else:
+            run = ReembedWorkflow.run
+            arg = ReembedInput(job_id=job.id, target=job.payload["target"], batch_size=s.reembed_batch_size,
+                               task_queue=index_queue(s))
+        if not await self._start(run, arg, jobs.workflow_id_for(job.id, job.job_type)):
             return False
         await jobs.mark_started(self._pool, job.id)
         return True
@@ -91,3 +98,7 @@ def job_llm_s(s: Settings) -> float:
     on, its decision call too."""
     calls = 1 if s.write_pipeline == "off" else 2
     return calls * s.llm_timeout_s + 5
+
+
+def review_input(s: Settings, review_id: UUID) -> ReviewInput:
+    return ReviewInput(review_id=review_id, ttl_s=s.review_ttl_s, default=s.review_default)

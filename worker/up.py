@@ -4,9 +4,10 @@ Starts (unless settings point at a real server instead) embedded Postgres and th
 server with its Web UI, prepares the store, then runs the API and the worker as two child
 processes, so that a busy worker cannot hold the API's event loop or its GIL. The API process
 owns the in-process Qdrant shard (it searches it, and hosts the index writes); the worker
-embeds, extracts and drains at a lower CPU priority. A child that crashes is restarted; Ctrl-C
-stops the API, then the worker, then Temporal, then Postgres. If `engram up` is killed outright,
-every child gets SIGTERM from the kernel.
+embeds, extracts and drains at a lower CPU priority. With the `local` LLM provider the model
+server (worker.local_llm) is one more child. A child that crashes is restarted; Ctrl-C stops
+the API, then the worker, then the model server, then Temporal, then Postgres. If `engram up`
+is killed outright, every child gets SIGTERM from the kernel.
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ import httpx
 
 from engram import logs
 from engram.domain import auth
+from engram.domain.errors import ConfigError
 from engram.settings import Settings
 from engram.store import keys
 from engram.store import pool as pool_module
 from worker.embedded import (
     CrashLoop, EmbeddedPostgres, EmbeddedTemporal, EngramChild, supervise, wait_until_free,
 )
+from worker.local_llm import local_llm_server
 from worker.startup import prepare_store
 
 log = logging.getLogger("engram.up")
@@ -49,6 +52,10 @@ async def ensure_dev_key(settings: Settings) -> str:
 
 async def up(settings: Settings) -> None:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        llm = local_llm_server(settings)  # checked before anything starts: a missing model stops us at once
+    except ConfigError as exc:
+        raise SystemExit(f"engram up: {exc}") from exc
     servers: dict[str, object] = {}
     services: dict[str, EngramChild] = {}
     stop = asyncio.Event()
@@ -67,6 +74,9 @@ async def up(settings: Settings) -> None:
             temporal.start()
             servers["temporal"] = temporal
             settings = settings.model_copy(update={"temporal_address": temporal.address})
+        if llm is not None:
+            llm.start()
+            servers["local-llm"] = llm
         await prepare_store(settings)
         key = await ensure_dev_key(settings)
         env = {**os.environ, "ENGRAM_POSTGRES_DSN": settings.postgres_dsn,

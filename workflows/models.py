@@ -140,3 +140,27 @@ class ControlSnapshot(BaseModel):
     kill_switch: bool = False
     frozen_scopes: list[dict[str, str]] = []
     changes: int = 0
+
+
+class ReviewInput(BaseModel):
+    review_id: UUID
+    ttl_s: float  # how long the review waits for a person before `default` applies
+    default: str  # keep_both, keep_existing or replace
+
+
+class ReviewResolution(BaseModel):
+    """The `resolve` signal (the Temporal Web UI sends it as JSON): how the review ends, or
+    `escalate` (to an operator, with no time limit), by whom and why; `content` with `merge`."""
+
+    resolution: str
+    actor: str
+    role: str
+    reason: str
+    content: str | None = None
+    path: str = "http"
+
+
+class ReviewResult(BaseModel):
+    status: str  # resolved or expired
+    resolution: str
+    detail: str | None = None

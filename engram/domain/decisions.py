@@ -128,6 +128,8 @@ class Decisions(BaseModel):
     model: str
     prompt_version: str = PROMPT_VERSION
     secrets: list[str] = Field(default_factory=list, exclude=True)  # put back into UPDATE contents
+    tokens_in: int = 0  # what the call took, as the server reported it
+    tokens_out: int = 0
 
 
 class _RawDecision(BaseModel):

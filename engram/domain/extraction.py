@@ -69,6 +69,8 @@ class Extraction(BaseModel):
     # The redacted originals put back into the facts (engram.domain.redaction): never stored in
     # the extraction's record, only beside each fact that holds one.
     secrets: list[str] = Field(default_factory=list, exclude=True)
+    tokens_in: int = 0  # what the call took, as the server reported it
+    tokens_out: int = 0
 
 
 class MalformedOutput(ValueError):

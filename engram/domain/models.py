@@ -393,6 +393,8 @@ class Job(BaseModel):
     parent_id: UUID | None = None  # a remember job of a bulk import: the import's job
     created_at: datetime
     updated_at: datetime
+    # A remember job's model calls (extraction, decisions) by "provider/model": {"calls", "in", "out"} tokens.
+    usage: dict[str, dict[str, int]] | None = None
 
 
 Role = Literal["reader", "agent", "writer", "operator", "admin"]

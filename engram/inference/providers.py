@@ -26,6 +26,7 @@ from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, ConfigDict
 
 from engram.domain.errors import ConfigError
+from engram.inference import local_llm
 from engram.inference.model_servers import (
     ProviderError, check_endpoint, ollama_client, ollama_failure, openai_client, openai_failure,
 )
@@ -218,6 +219,14 @@ def _restored_decisions(found: Decisions, redacted: Redacted) -> Decisions:
                              "reason": redacted.restore(d.reason)}) for d in found.decisions]})
 
 
+def _with_usage(result: T, tokens_in: int | None, tokens_out: int | None) -> T:
+    """An extraction's or decisions' answer with the tokens the call took, as the server reported
+    them (0 where it did not); a rerank's scores as they are."""
+    if isinstance(result, (Extraction, Decisions)):
+        return result.model_copy(update={"tokens_in": int(tokens_in or 0), "tokens_out": int(tokens_out or 0)})
+    return result
+
+
 def _scores(provider: LLMProvider, content: str, count: int) -> list[float]:
     try:
         return parse_scores(content, count)
@@ -331,7 +340,7 @@ class OllamaProvider:
                 raise _cut_short(exc) from exc
             raise
         _log_call(self, stage, started, "ok")
-        return result
+        return _with_usage(result, getattr(response, "prompt_eval_count", None), getattr(response, "eval_count", None))
 
     async def probe(self) -> ProviderHealth:
         """See `LLMProvider.probe`: asks `/api/tags` whether the model is pulled."""
@@ -366,7 +375,7 @@ class OpenAIProvider:
     name = "openai"
 
     def __init__(self, *, base_url: str, api_key: str, model: str, timeout_s: float,
-                 rerank: bool = False, redaction: Redaction = NO_REDACTION) -> None:
+                 rerank: bool = False, redaction: Redaction = NO_REDACTION, max_input_tokens: int = 16_384) -> None:
         self.base_url = base_url
         self._redaction = redaction
         self.model = model
@@ -375,8 +384,8 @@ class OpenAIProvider:
             decision=True,
             rerank=rerank,
             timeout_s=timeout_s,
-            # What a small self-hosted server typically offers; OpenAI's own models allow more.
-            max_input_tokens=16_384,
+            # By default what a small self-hosted server typically offers; OpenAI's own models allow more.
+            max_input_tokens=max_input_tokens,
             max_output_tokens=OUTPUT_TOKENS,
             structured_output="json_schema",
         )
@@ -448,7 +457,8 @@ class OpenAIProvider:
                 raise _cut_short(exc) from exc
             raise
         _log_call(self, stage, started, "ok")
-        return result
+        usage = getattr(completion, "usage", None)
+        return _with_usage(result, getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None))
 
     def _content(self, completion: object) -> str:
         # The client builds response objects without validating them, and hands back plain
@@ -538,6 +548,16 @@ def build_provider_chain(settings: Settings) -> list[LLMProvider]:
                     rerank=rerank,
                     redaction=redaction,
                 )
+            )
+        elif name == "local":
+            # The model server `engram up` starts (engram.inference.local_llm): loopback, but held
+            # to the allowlist like any other, since an operator who sets one lists every host.
+            url = local_llm.base_url(settings.local_llm_port)
+            check_endpoint(settings, name, url)
+            chain.append(
+                OpenAIProvider(base_url=url, api_key="local", model=local_llm.MODEL_NAME,
+                               timeout_s=settings.llm_timeout_s, rerank=rerank, redaction=redaction,
+                               max_input_tokens=local_llm.CONTEXT_TOKENS - OUTPUT_TOKENS)
             )
     return chain
 

@@ -80,7 +80,8 @@ async def live_twin(conn: asyncpg.Connection, memory_id: UUID, content_hash: str
     return await conn.fetchval(
         """
         SELECT o.id FROM memories o JOIN memories m ON m.id = $1
-        WHERE o.scope_key = m.scope_key AND o.content_hash = $2 AND NOT o.is_deleted AND o.id <> $1
+        WHERE o.scope_key = m.scope_key AND o.kind = m.kind AND o.content_hash = $2 AND NOT o.is_deleted
+          AND o.id <> $1
         """,
         memory_id, content_hash,
     )

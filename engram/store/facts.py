@@ -47,10 +47,10 @@ async def decided(conn: asyncpg.Connection | asyncpg.Pool, source_id: UUID) -> s
     return {r["fact_hash"] for r in rows}
 
 
-async def record(conn: asyncpg.Connection, scope: Scope, **row: Any) -> bool:
+async def record(conn: asyncpg.Connection, scope: Scope, **row: Any) -> int | None:
     """Record one decision (the columns of memory_decisions but scope_key) about a fact of a
-    memory of `scope`; False when the fact was decided already (another run of the step got
-    there first: the caller's transaction then rolls back)."""
+    memory of `scope`: its id, or None when the fact was decided already (another run of the
+    step got there first: the caller's transaction then rolls back)."""
     names = sorted(row)
     placeholders = ", ".join(f"${i}" for i in range(4, len(names) + 4))
     inserted = await conn.fetchval(
@@ -61,7 +61,7 @@ async def record(conn: asyncpg.Connection, scope: Scope, **row: Any) -> bool:
         """,
         scope.user_id, scope.agent_id, scope.run_id, *(row[name] for name in names),
     )
-    return inserted is not None
+    return inserted
 
 
 async def add_source(conn: asyncpg.Connection, memory_id: UUID, source_id: UUID) -> None:
@@ -111,3 +111,15 @@ async def decisions_about(conn: asyncpg.Connection | asyncpg.Pool, memory_id: UU
         """,
         memory_id,
     )
+
+
+async def decision_counts(pool: asyncpg.Pool, hours: float = 24) -> dict[str, int]:
+    """Decisions of the last `hours` by "ACTION outcome" (what `engram status` shows)."""
+    rows = await pool.fetch(
+        "SELECT action || ' ' || outcome AS key, count(*) AS n FROM memory_decisions"
+        " WHERE created_at > now() - make_interval(secs => $1) GROUP BY 1 ORDER BY 1", hours * 3600)
+    return {r["key"]: r["n"] for r in rows}
+
+
+async def reviews_waiting(pool: asyncpg.Pool) -> int:
+    return await pool.fetchval("SELECT count(*) FROM memory_reviews WHERE status IN ('open', 'escalated')")

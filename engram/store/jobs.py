@@ -22,7 +22,7 @@ from engram.domain.models import Job
 
 _COLUMNS = """j.id, j.memory_id, j.job_type, j.status, j.attempt_count, j.max_attempts, j.next_attempt_at,
     j.last_error, j.last_error_code, j.workflow_id, j.workflow_started_at, j.outcome, j.parent_id, j.created_at,
-    j.updated_at,
+    j.updated_at, j.usage,
     CASE WHEN j.payload ? 'total' THEN jsonb_build_object('done', j.payload->'done', 'total', j.payload->'total')
     END AS progress"""
 
@@ -30,7 +30,7 @@ NEW_JOBS = "engram_new_jobs"
 FIRST_PASS = "engram_first_pass"
 FINISHED = ("done", "dead")
 
-_WORKFLOW_PREFIX = {"extract": "remember", "reembed": "reembed"}
+_WORKFLOW_PREFIX = {"extract": "remember", "reembed": "reembed", "review": "review"}
 
 
 def workflow_id_for(job_id: UUID, job_type: str = "extract") -> str:
@@ -79,6 +79,11 @@ async def set_progress(pool: asyncpg.Pool, job_id: UUID, *, done: int, total: in
 
 def _job(row: asyncpg.Record) -> Job:
     return Job.model_validate(dict(row))
+
+
+async def set_usage(conn: asyncpg.Connection, job_id: UUID, usage: dict) -> None:
+    """The tokens the job's model calls took (the attempt that finished it)."""
+    await conn.execute("UPDATE memory_jobs SET usage = $2 WHERE id = $1", job_id, usage)
 
 
 async def get(conn: asyncpg.Connection | asyncpg.Pool, job_id: UUID) -> Job | None:

@@ -65,7 +65,7 @@ async def insert_raw(conn: asyncpg.Connection, draft: MemoryDraft, *, memory_id:
                 importance, extraction_status, token_count, updated_by, chain_hash, kind, derived_from, confidence)
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $22,
                     $23, $24, $25)
-            ON CONFLICT (scope_key, content_hash) WHERE NOT is_deleted DO NOTHING
+            ON CONFLICT (scope_key, kind, content_hash) WHERE NOT is_deleted DO NOTHING
             RETURNING id),
         postings AS (
             INSERT INTO memory_terms (memory_id, term, tf, user_id, agent_id, run_id)
@@ -92,12 +92,13 @@ def _shifted(sql: str, by: int) -> str:
     return re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + by}", sql)
 
 
-async def find_live_by_hash(conn: asyncpg.Connection, scope: Scope, content_hash: str) -> UUID | None:
-    """The live memory of exactly `scope` (not of a scope inside it) holding this content."""
+async def find_live_by_hash(conn: asyncpg.Connection, scope: Scope, content_hash: str, kind: str = "raw"
+                            ) -> UUID | None:
+    """The live memory of `kind` of exactly `scope` (not of a scope inside it) holding this content."""
     return await conn.fetchval(
         "SELECT id FROM memories WHERE scope_key = engram_scope_key($1, $2, $3) AND content_hash = $4"
-        " AND NOT is_deleted",
-        scope.user_id, scope.agent_id, scope.run_id, content_hash,
+        " AND kind = $5 AND NOT is_deleted",
+        scope.user_id, scope.agent_id, scope.run_id, content_hash, kind,
     )
 
 

@@ -244,7 +244,7 @@ CREATE INDEX memories_lexical_todo_agent_idx ON public.memories USING btree (age
 CREATE INDEX memories_lexical_todo_idx ON public.memories USING btree (created_at, id) WHERE (NOT lexical_indexed);
 CREATE INDEX memories_lexical_todo_run_idx ON public.memories USING btree (run_id) WHERE (NOT lexical_indexed);
 CREATE INDEX memories_lexical_todo_user_idx ON public.memories USING btree (user_id) WHERE (NOT lexical_indexed);
-CREATE UNIQUE INDEX memories_live_scope_hash_uq ON public.memories USING btree (scope_key, content_hash) WHERE (NOT is_deleted);
+CREATE UNIQUE INDEX memories_live_scope_kind_hash_uq ON public.memories USING btree (scope_key, kind, content_hash) WHERE (NOT is_deleted);
 CREATE INDEX memories_pinned_idx ON public.memories USING btree (pinned) WHERE pinned;
 CREATE UNIQUE INDEX memories_pkey ON public.memories USING btree (id);
 CREATE INDEX memories_run_idx ON public.memories USING btree (run_id, created_at);
@@ -363,7 +363,8 @@ CREATE TABLE memory_jobs (
     created_at timestamp with time zone NOT NULL DEFAULT now(),
     updated_at timestamp with time zone NOT NULL DEFAULT now(),
     parent_id uuid,
-    CONSTRAINT memory_jobs_job_type_check CHECK ((job_type = ANY (ARRAY['extract'::text, 'decision'::text, 'graph'::text, 'reembed'::text, 'import'::text]))),
+    usage jsonb,
+    CONSTRAINT memory_jobs_job_type_check CHECK ((job_type = ANY (ARRAY['extract'::text, 'decision'::text, 'graph'::text, 'reembed'::text, 'import'::text, 'review'::text]))),
     CONSTRAINT memory_jobs_memory_id_fkey FOREIGN KEY (memory_id) REFERENCES memories(id),
     CONSTRAINT memory_jobs_parent_id_fkey FOREIGN KEY (parent_id) REFERENCES memory_jobs(id),
     CONSTRAINT memory_jobs_pkey PRIMARY KEY (id),
@@ -377,6 +378,34 @@ CREATE INDEX memory_jobs_status_idx ON public.memory_jobs USING btree (status, n
 CREATE INDEX memory_jobs_unbatched_idx ON public.memory_jobs USING btree (created_at) WHERE ((workflow_id IS NULL) AND (status = 'pending'::text));
 CREATE INDEX memory_jobs_unstarted_idx ON public.memory_jobs USING btree (created_at) WHERE (workflow_started_at IS NULL);
 CREATE INDEX memory_jobs_workflow_idx ON public.memory_jobs USING btree (workflow_id);
+
+CREATE TABLE memory_reviews (
+    id uuid NOT NULL,
+    decision_id bigint,
+    user_id text,
+    agent_id text,
+    run_id text,
+    new_memory_id uuid NOT NULL,
+    existing_memory_id uuid NOT NULL,
+    reason text,
+    status text NOT NULL DEFAULT 'open'::text,
+    resolution text,
+    merged_content text,
+    resolved_by text,
+    resolved_reason text,
+    detail text,
+    expires_at timestamp with time zone NOT NULL,
+    created_at timestamp with time zone NOT NULL DEFAULT now(),
+    resolved_at timestamp with time zone,
+    CONSTRAINT memory_reviews_decision_id_fkey FOREIGN KEY (decision_id) REFERENCES memory_decisions(id),
+    CONSTRAINT memory_reviews_existing_memory_id_fkey FOREIGN KEY (existing_memory_id) REFERENCES memories(id),
+    CONSTRAINT memory_reviews_new_memory_id_fkey FOREIGN KEY (new_memory_id) REFERENCES memories(id),
+    CONSTRAINT memory_reviews_pkey PRIMARY KEY (id),
+    CONSTRAINT memory_reviews_resolution_check CHECK ((resolution = ANY (ARRAY['keep_existing'::text, 'replace'::text, 'keep_both'::text, 'merge'::text]))),
+    CONSTRAINT memory_reviews_status_check CHECK ((status = ANY (ARRAY['open'::text, 'escalated'::text, 'resolved'::text, 'expired'::text])))
+);
+CREATE UNIQUE INDEX memory_reviews_pkey ON public.memory_reviews USING btree (id);
+CREATE INDEX memory_reviews_waiting_idx ON public.memory_reviews USING btree (created_at) WHERE (status = ANY (ARRAY['open'::text, 'escalated'::text]));
 
 CREATE TABLE memory_terms (
     memory_id uuid NOT NULL,

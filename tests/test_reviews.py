@@ -1,0 +1,157 @@
+"""Contradictions under review: the model's CONTRADICT keeps both facts and opens a review item,
+a ReviewWorkflow waiting for a person's `resolve` signal (HTTP, CLI or the Temporal UI) or its
+time limit, whose default then applies. Real Postgres and Temporal; the model is the fake."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ollama_settings, serving
+from tests.fakes.llm_server import FakeReply
+from tests.test_workflow import record_history
+from tests.test_write_pipeline import remembered
+
+ALLERGIC = "User is allergic to peanuts"
+NOT_ALLERGIC = "User is not allergic to peanuts"
+
+
+async def contradiction(app, fake_llm) -> dict:
+    """Two opposing facts and the review between them, once its workflow runs."""
+    await remembered(app, fake_llm, "peanuts make me ill", ALLERGIC)
+    await remembered(app, fake_llm, "I'm fine with peanuts", NOT_ALLERGIC, decisions=FakeReply.decisions(
+        {"action": "CONTRADICT", "target": 1, "confidence": 0.8, "reason": "opposite claims about peanuts"}))
+    items = (await app.get("/api/reviews")).json()["items"]
+    assert len(items) == 1
+    review = items[0]
+    for _ in range(200):  # the dispatcher starts its workflow
+        if await app.count("SELECT count(*) FROM memory_jobs WHERE id = $1 AND workflow_started_at IS NOT NULL",
+                           __import__("uuid").UUID(review["id"])):
+            break
+        await asyncio.sleep(0.05)
+    return review
+
+
+async def resolve(app, review_id: str, resolution: str, key: str | None = None, **body):
+    return await app.post(f"/api/reviews/{review_id}/resolve", {"resolution": resolution, "reason": "checked",
+                                                                **body}, key=key)
+
+
+async def live_facts(app) -> list[str]:
+    rows = await app.pool.fetch("SELECT content FROM memories WHERE kind = 'fact' AND NOT is_deleted ORDER BY 1")
+    return [r["content"] for r in rows]
+
+
+@pytest.fixture
+async def pipeline(make_app, fake_llm):
+    async with make_app(**ollama_settings(fake_llm)) as app:
+        yield app
+
+
+async def test_a_contradiction_keeps_both_facts_and_waits_for_review(pipeline, fake_llm):
+    review = await contradiction(pipeline, fake_llm)
+    assert review["status"] == "open" and review["reason"] == "opposite claims about peanuts"
+    assert (review["existing"]["content"], review["new"]["content"]) == (ALLERGIC, NOT_ALLERGIC)
+    assert await live_facts(pipeline) == [ALLERGIC, NOT_ALLERGIC]
+    handle = pipeline.runtime.client.get_workflow_handle(f"review-{review['id']}")
+    assert (await handle.query("state"))["status"] == "open"
+
+
+@pytest.mark.parametrize("resolution, body, left", [
+    ("keep_existing", {}, [ALLERGIC]),
+    ("replace", {}, [NOT_ALLERGIC]),
+    ("keep_both", {}, [ALLERGIC, NOT_ALLERGIC]),
+    ("merge", {"content": "User was allergic to peanuts until 2024"}, ["User was allergic to peanuts until 2024"]),
+])
+async def test_each_resolution_does_what_it_says(pipeline, fake_llm, resolution, body, left):
+    review = await contradiction(pipeline, fake_llm)
+    writer = await pipeline.key("writer")
+    answer = await resolve(pipeline, review["id"], resolution, key=writer, **body)
+    assert answer.status_code == 200, answer.text
+    closed = answer.json()
+    assert (closed["status"], closed["resolution"], closed["detail"]) == ("resolved", resolution, None)
+    assert await live_facts(pipeline) == left
+    if resolution != "keep_both":  # the delete is soft, and says who and why
+        deleted = await pipeline.pool.fetchrow("SELECT actor_id, reason FROM memory_history WHERE event = 'DELETE'")
+        assert deleted["actor_id"].startswith("key:") and f"review {review['id']}: {resolution}" in deleted["reason"]
+    handle = pipeline.runtime.client.get_workflow_handle(f"review-{review['id']}")
+    assert (await handle.result())["status"] == "resolved"
+    if resolution == "merge":
+        record_history(await handle.fetch_history(), "review_merged")
+    again = await resolve(pipeline, review["id"], "keep_both", key=writer)
+    assert again.status_code == 409 and again.json()["error"]["type"] == "conflict"
+
+
+async def test_an_escalated_review_waits_for_an_operator(pipeline, fake_llm):
+    review = await contradiction(pipeline, fake_llm)
+    writer = await pipeline.key("writer")
+    escalated = await resolve(pipeline, review["id"], "escalate", key=writer)
+    assert escalated.status_code == 200 and escalated.json()["status"] == "escalated"
+    refused = await resolve(pipeline, review["id"], "replace", key=writer)
+    assert refused.status_code == 403
+    done = await resolve(pipeline, review["id"], "replace")  # the admin key: an operator
+    assert done.status_code == 200 and done.json()["status"] == "resolved"
+    assert await live_facts(pipeline) == [NOT_ALLERGIC]
+
+
+async def test_an_agent_key_may_not_resolve_a_review_and_bad_requests_change_nothing(pipeline, fake_llm):
+    review = await contradiction(pipeline, fake_llm)
+    agent = await pipeline.key("agent")
+    assert (await resolve(pipeline, review["id"], "replace", key=agent)).status_code == 403
+    no_content = await resolve(pipeline, review["id"], "merge")
+    assert no_content.status_code == 422 and no_content.json()["error"]["type"] == "validation_error"
+    unknown = await resolve(pipeline, review["id"], "delete_everything")
+    assert unknown.status_code == 422
+    missing = await resolve(pipeline, "00000000-0000-4000-8000-000000000000", "keep_both")
+    assert missing.status_code == 404
+    other_scope = await pipeline.key("writer", scopes=["user:someone-else"])
+    assert (await pipeline.get(f"/api/reviews/{review['id']}", key=other_scope)).status_code == 404
+    assert (await pipeline.get("/api/reviews", key=other_scope)).json()["items"] == []
+    assert await live_facts(pipeline) == [ALLERGIC, NOT_ALLERGIC]
+    assert (await pipeline.get(f"/api/reviews/{review['id']}")).json()["status"] == "open"
+
+
+async def test_a_review_nobody_resolves_expires_to_the_default(make_app, fake_llm):
+    async with make_app(**ollama_settings(fake_llm), review_ttl_s=1.5, review_default="keep_both") as app:
+        review = await contradiction(app, fake_llm)
+        handle = app.runtime.client.get_workflow_handle(f"review-{review['id']}")
+        result = await asyncio.wait_for(handle.result(), 30)
+        assert (result["status"], result["resolution"]) == ("expired", "keep_both")
+        closed = (await app.get(f"/api/reviews/{review['id']}")).json()
+        assert closed["status"] == "expired" and closed["resolved_by"] == "system:review"
+        assert await live_facts(app) == [ALLERGIC, NOT_ALLERGIC]
+        record_history(await handle.fetch_history(), "review_expired")
+
+
+async def test_the_cli_lists_and_resolves_reviews(pipeline, fake_llm):
+    review = await contradiction(pipeline, fake_llm)
+    async with serving(pipeline) as url:
+        env = {**os.environ, "ENGRAM_URL": url, "ENGRAM_API_KEY": pipeline.admin_key}
+
+        async def cli(*args: str) -> subprocess.CompletedProcess:
+            return await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "worker.cli", *args], env=env,
+                                           capture_output=True, text=True, timeout=60)
+
+        listed = await cli("review", "list")
+        assert listed.returncode == 0, listed.stderr
+        assert review["id"] in listed.stdout and NOT_ALLERGIC in listed.stdout
+        done = await cli("review", "resolve", review["id"], "replace", "--reason", "the user said so")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["status"] == "resolved"
+        bad = await cli("review", "resolve", review["id"], "merge", "--reason", "no content")
+        assert bad.returncode != 0 and "validation_error" in bad.stderr + bad.stdout
+    history = await pipeline.pool.fetchrow("SELECT path FROM memory_history WHERE event = 'DELETE'")
+    assert history["path"] == "cli"
+    assert await live_facts(pipeline) == [NOT_ALLERGIC]
+
+
+async def test_status_counts_decisions_and_waiting_reviews(pipeline, fake_llm):
+    await contradiction(pipeline, fake_llm)
+    pipeline_state = (await pipeline.get("/readyz")).json()["components"]["pipeline"]
+    assert pipeline_state["decisions_24h"] == {"ADD applied": 1, "CONTRADICT review_needed": 1}
+    assert pipeline_state["reviews_waiting"] == 1
