@@ -79,7 +79,9 @@ async def test_worker_killed_mid_workflow_is_processed_exactly_once(postgres, te
             # The batch's extract step was retried once the dead worker's heartbeat timed out; the
             # job counts only the attempt that completed it. The hung call is the one lost.
             assert job["attempt_count"] == 1 and job["outcome"] == "processed"
-            hits = http.post("/api/memory/search", json={"query": "beekeeping", "scope": {"user_id": "nina"}}).json()
+            # The raw memory (its extracted fact is a memory of kind "fact" beside it).
+            hits = http.post("/api/memory/search", json={"query": "beekeeping", "scope": {"user_id": "nina"},
+                                                         "filters": {"kind": "raw"}}).json()
             assert [h["memory"]["id"] for h in hits["results"]] == [answer["memory_id"]]
             assert hits["results"][0]["components"]["vector"] > 0.3
             memory = http.get(f"/api/memory/{answer['memory_id']}").json()
@@ -88,7 +90,8 @@ async def test_worker_killed_mid_workflow_is_processed_exactly_once(postgres, te
 
         conn = await asyncpg.connect(dsn)
         try:
-            events = [r["event"] for r in await conn.fetch("SELECT event FROM memory_history ORDER BY id")]
+            events = [r["event"] for r in await conn.fetch(
+                "SELECT event FROM memory_history WHERE memory_id = $1 ORDER BY id", uuid.UUID(answer["memory_id"]))]
             assert events == ["ADD", "UPDATE"]
             assert await conn.fetchval("SELECT count(*) FROM memories WHERE kind = 'raw'") == 1
         finally:
