@@ -113,10 +113,7 @@ class Availability:
     async def decide(self, facts: list[str], memories: list[str], known: tuple[str, ...] = ()) -> Decisions:
         """`extract`'s fallback and outage rules, for decisions about `facts` beside `memories`."""
         found, errors, used = await self._first(lambda provider: provider.decide(facts, memories, known))
-        if not errors:
-            return found
-        notes = [f"provider {e.provider} failed ({e.code}: {e.detail}); used {used.name}" for e in errors]
-        return found.model_copy(update={"warnings": notes + found.warnings})
+        return with_fallback_notes(found, errors, used)
 
     async def _first(self, call: Callable[[LLMProvider], Awaitable[T]]) -> tuple[T, list[ProviderError], LLMProvider]:
         """`call` on each usable provider until one succeeds: (its answer, the earlier failures, it)."""

@@ -587,9 +587,12 @@ async def extract_with_chain(chain: list[LLMProvider], text: str) -> Extraction:
     raise ProviderChainError(errors)
 
 
-def with_fallback_notes(extraction: Extraction, errors: list[ProviderError], used: LLMProvider) -> Extraction:
-    """`extraction` by `used`, with one warning per provider that failed before it."""
+Answer = TypeVar("Answer", Extraction, Decisions)
+
+
+def with_fallback_notes(answer: Answer, errors: list[ProviderError], used: LLMProvider) -> Answer:
+    """`answer` (an extraction or decisions) by `used`, with one warning per provider that failed before it."""
     if not errors:
-        return extraction
+        return answer
     notes = [f"provider {e.provider} failed ({e.code}: {e.detail}); used {used.name}" for e in errors]
-    return extraction.model_copy(update={"warnings": notes + extraction.warnings})
+    return answer.model_copy(update={"warnings": notes + answer.warnings})
