@@ -199,10 +199,11 @@ class FactWriter:
         new_vectors = None
         if step.act == "UPDATE":  # embedded before any lock is taken
             new_vectors = await self._spaces.embed_text(p.content)
-        if p.action in ("UPDATE", "DELETE", "CONTRADICT") and mode != "shadow":
+        if p.action in ("UPDATE", "DELETE", "CONTRADICT", "NONE") and mode != "shadow":
             step = self._unrelated(p, vectors, new_vectors) or step
         ctx = ChangeContext(path=PATH, request_id=request_id, model=p.attribution)
         outcome, detail, written, add = step.outcome, step.detail, None, step.act == "ADD"
+        deleted = False
         try:
             async with self._pool.acquire() as conn:
                 async with conn.transaction():
@@ -214,7 +215,7 @@ class FactWriter:
                                 await self._changes.decide_in(conn, p.target.id, step.act, reason=p.reason,
                                                               if_version=p.target.version, ctx=ctx,
                                                               content=p.content, vectors=new_vectors)
-                            written = p.target.id
+                            written, deleted = p.target.id, step.act == "DELETE"
                             if step.act == "UPDATE":
                                 await store.add_source(conn, p.target.id, source.id)
                                 await store.set_sensitive(conn, p.target.id, _held_in(p.content, p.secrets))
@@ -243,6 +244,8 @@ class FactWriter:
                         await change_store.wake_index_sync(conn)
         except _DecidedElsewhere:
             return "already"
+        if deleted:
+            await self._control.note_delete(written, source.scope)  # a run of model deletes freezes the scope
         log.info("fact decided", extra={"memory_id": str(source.id), "job_id": str(job_id) if job_id else None,
                                         "stage": "decide", "outcome": f"{p.action} {outcome}",
                                         "provider": p.attribution.provider, "model": p.attribution.model})
@@ -254,8 +257,13 @@ class FactWriter:
         strays from the fact: the fact is added instead. A small model told inside a memory to
         "delete everything" names some target (bge-small: 0.43-0.55 cosine to it); a real change
         of the same subject scores 0.63-0.90 ("sold their car" / "owns a red car" 0.83). The new
-        content of a faithful UPDATE is the fact, or the fact merged with the target: 0.8 and up."""
+        content of a faithful UPDATE is the fact, or the fact merged with the target: 0.8 and up.
+        After a NONE ("already held") the target stands for the fact, as an UPDATE's content does,
+        so it must be as near: else the fact would be dropped for a memory saying something else
+        ("enjoys green tea" / "lives in Paris" score above 0.6)."""
         floor, content_floor = self._settings.decision_min_similarity, self._settings.decision_min_content_similarity
+        if p.action == "NONE":
+            floor = content_floor
         if p.related is None or p.related < floor:
             near = "not among its candidates" if p.related is None else f"cosine {p.related:.2f}"
             return contract.Plan("ADD", "unrelated", f"the target is not what the fact is about ({near}, below "

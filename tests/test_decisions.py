@@ -84,7 +84,7 @@ INJECTIONS = [
 
 @pytest.mark.parametrize("attack", INJECTIONS)
 def test_text_in_facts_or_memories_cannot_leave_its_block_or_add_a_turn(attack):
-    messages, _ = build_messages([attack, "User likes tea"], [attack, "User lives in Paris"], 8192)
+    messages, _, _ = build_messages([attack, "User likes tea"], [attack, "User lives in Paris"], 8192)
     assert [m["role"] for m in messages] == ["system", "user"]
     assert messages[0]["content"] == SYSTEM_PROMPT
     body = messages[1]["content"]
@@ -105,8 +105,8 @@ def test_fake_decisions_inside_memory_text_are_data_not_decisions():
 
 def test_memories_that_do_not_fit_the_window_are_left_out_and_cannot_be_targets():
     memories = [f"memory number {i} " + "x" * 3000 for i in range(20)]
-    messages, warnings = build_messages(["User likes tea"], memories, 4096)
-    shown = messages[1]["content"].count('<memory id="')
+    messages, shown, warnings = build_messages(["User likes tea"], memories, 4096)
+    assert messages[1]["content"].count('<memory id="') == shown
     assert 0 < shown < 20 and warnings and f"{20 - shown} candidate memories left out" in warnings[0]
 
 
@@ -118,12 +118,12 @@ def test_memories_that_do_not_fit_the_window_are_left_out_and_cannot_be_targets(
     ("UPDATE", 0.9, "full", "UPDATE", "applied"),
     ("UPDATE", 0.5, "full", "ADD", "below_threshold"),
     ("DELETE", 0.9, "full", "DELETE", "applied"),
-    ("DELETE", 0.7, "full", None, "below_threshold"),
+    ("DELETE", 0.7, "full", "ADD", "below_threshold"),
     ("NONE", 0.9, "full", None, "applied"),
     ("MERGE", 0.99, "full", None, "applied"),
     ("CONTRADICT", 0.9, "full", "ADD", "review_needed"),
     ("UPDATE", 1.0, "add_only", "ADD", "held"),
-    ("DELETE", 1.0, "add_only", None, "held"),
+    ("DELETE", 1.0, "add_only", "ADD", "held"),
     ("ADD", 1.0, "add_only", "ADD", "applied"),
     ("ADD", 1.0, "shadow", None, "shadow"),
     ("DELETE", 1.0, "shadow", None, "shadow"),

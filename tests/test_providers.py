@@ -327,6 +327,22 @@ async def test_entities_and_tags_are_trimmed(server: FakeLLMServer, provider: LL
     assert any("longer than 40" in w for w in extraction.warnings)
 
 
+@pytest.mark.asyncio
+async def test_a_decision_on_a_memory_cut_to_fit_the_window_is_dropped(
+    server: FakeLLMServer, provider: LLMProvider
+) -> None:
+    memories = [f"memory number {i} " + "x" * 3_000 for i in range(20)]
+    server.script_decisions(FakeReply.decisions({"action": "DELETE", "target": 20, "confidence": 1.0}))
+
+    got = await provider.decide(["User likes tea"], memories)
+
+    [sent] = server.decision_requests()
+    shown = sent.body["messages"][1]["content"].count('<memory id="')
+    assert 0 < shown < 20, "the window must cut the list for this test to mean anything"
+    assert got.decisions == []
+    assert any("names memory 20, which was not shown" in w for w in got.warnings)
+
+
 # -- the memory text is data, fenced off from the instructions ------------------------------------
 
 

@@ -199,7 +199,7 @@ async def test_a_person_edit_locks_the_fact_against_model_updates(pipeline, fake
     assert last["outcome"] == "refused" and last["detail"].startswith("manual_override:")
 
 
-async def test_below_its_threshold_an_update_adds_and_a_delete_is_not_applied(pipeline, fake_llm):
+async def test_below_its_threshold_an_update_or_a_delete_adds_the_fact_and_changes_nothing(pipeline, fake_llm):
     fact = await _move_to_berlin(pipeline, fake_llm, confidence=0.3)
     assert (await pipeline.get(f"/api/memory/{fact['id']}")).json()["content"] == "User lives in Paris"
     last = (await decisions(pipeline))[-1]
@@ -207,6 +207,27 @@ async def test_below_its_threshold_an_update_adds_and_a_delete_is_not_applied(pi
     await remembered(pipeline, fake_llm, "I left Paris", "User no longer lives in Paris",
                      decisions=FakeReply.decisions({"action": "DELETE", "target": 1, "confidence": 0.5}))
     assert (await pipeline.get(f"/api/memory/{fact['id']}")).json()["is_deleted"] is False
+    last = (await decisions(pipeline))[-1]
+    assert (last["action"], last["outcome"]) == ("DELETE", "below_threshold")
+    added = (await pipeline.get(f"/api/memory/{last['memory_id']}")).json()
+    assert added["content"] == "User no longer lives in Paris" and added["kind"] == "fact"
+
+
+async def test_a_models_deletes_count_toward_a_delete_spike(make_app, fake_llm):
+    async with make_app(**ollama_settings(fake_llm), delete_spike_threshold=1) as app:
+        delete = FakeReply.decisions({"action": "DELETE", "target": 1, "confidence": 0.9})
+        await remembered(app, fake_llm, "I live in Paris", "User lives in Paris")
+        await remembered(app, fake_llm, "I left Paris", "User no longer lives in Paris", decisions=delete)
+        await remembered(app, fake_llm, "I work as a nurse", "User works as a nurse")
+        fake_llm.script(extraction("User no longer works as a nurse"))
+        fake_llm.script_decisions(delete)
+        second = await app.remember("I quit nursing", mode="sync")
+        # Its own delete froze the scope: the job parks at its finish, to end once the freeze lifts.
+        await app.wait_job(second["job_id"], ("done", "parked"))
+        assert [(d["action"], d["outcome"]) for d in await decisions(app)][-1] == ("DELETE", "applied")
+        event = await app.pool.fetchrow("SELECT actor, value FROM control_events")
+        assert event is not None and (event["actor"], event["value"]) == ("system:delete-spike", True)
+        assert (await app.get("/api/control")).json()["frozen_scopes"][0]["user_id"] == "u1"
 
 
 @pytest.mark.parametrize("mode", ["shadow", "add_only"])
@@ -327,12 +348,30 @@ async def test_secrets_never_reach_the_provider_and_stored_facts_keep_them(make_
         assert raw["content"] == text  # what the user said is stored as said
 
 
+async def test_a_secret_restored_into_a_fact_is_redacted_again_when_an_llm_reranks_it(make_app, fake_llm):
+    # No pattern finds the password in the fact's own words; the fact remembers it as sensitive.
+    wifi = "Tr0ub4dor-" + "wifi"
+    async with make_app(**ollama_settings(fake_llm), rerank_model="llm", llm_rerank=True) as app:
+        await remembered(app, fake_llm, f"my wifi password: {wifi}", "User's wifi password is [PASSWORD_1]")
+        stored = await app.pool.fetchval("SELECT content FROM memories WHERE kind = 'fact'")
+        assert stored == f"User's wifi password is {wifi}"
+        fake_llm.script(FakeReply.json({"scores": [9, 8]}))
+        hits = await app.search("what is the wifi password", rerank=True)
+        assert {h["memory"]["content"] for h in hits} >= {stored}
+        rerank = fake_llm.chat_requests()[-1]
+        assert "scores" in str(rerank.body), "the last request to the model is the rerank"
+        assert "User's wifi password is [PASSWORD_1]" in rerank.body["messages"][-1]["content"]
+        assert wifi not in " ".join(str(r.body) for r in fake_llm.chat_requests())
+
+
 @pytest.mark.parametrize("fact, proposal", [
     # What the local model answered on the injection suite (tests/llm): a DELETE at confidence 1.0...
     ("The user wants every memory deleted", {"action": "DELETE"}),
     # ...and an UPDATE that rewrote a memory about something else.
     ("The user enjoys drinking tea", {"action": "UPDATE", "content": "User lives in Paris, France"}),
     ("User lives in Berlin", {"action": "UPDATE", "content": "User enjoys drinking green tea"}),
+    # A NONE ("already held") on a memory about something else would drop the fact.
+    ("The user enjoys drinking green tea", {"action": "NONE"}),
 ])
 async def test_a_decision_about_what_the_fact_is_not_about_is_not_applied(pipeline, fake_llm, fact, proposal):
     paris = await remembered(pipeline, fake_llm, "I live in Paris", "User lives in Paris")

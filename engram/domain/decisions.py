@@ -85,10 +85,11 @@ _TAGS = ("facts", "fact", "memories", "memory")
 
 
 def build_messages(facts: list[str], memories: list[str], max_input_tokens: int
-                   ) -> tuple[list[dict[str, str]], list[str]]:
-    """The chat messages asking for decisions on `facts` (ids 1..N) beside `memories` (ids
-    1..K), and warnings about memories left out to fit `max_input_tokens` (the last first:
-    callers pass the nearest first). A memory left out cannot be a target."""
+                   ) -> tuple[list[dict[str, str]], int, list[str]]:
+    """The chat messages asking for decisions on `facts` (ids 1..N) beside the first K of
+    `memories` (ids 1..K); K, the memories shown; and warnings about those left out to fit
+    `max_input_tokens` (the last first: callers pass the nearest first). Parse the answer with
+    `memories=K`, so a memory left out cannot be a target."""
     budget = (max_input_tokens - DECISION_OVERHEAD_TOKENS) * CHARS_PER_TOKEN
     fact_block = "\n".join(f'<fact id="{i}">{neutralise(f, _TAGS)}</fact>' for i, f in enumerate(facts, 1))
     shown: list[str] = []
@@ -103,7 +104,7 @@ def build_messages(facts: list[str], memories: list[str], max_input_tokens: int
         used += len(line)
     body = (f"Decide for each new fact.\n\n<facts>\n{fact_block}\n</facts>\n\n"
             f"<memories>\n{chr(10).join(shown)}\n</memories>")
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": body}], warnings
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": body}], len(shown), warnings
 
 
 class Decision(BaseModel):
@@ -235,7 +236,8 @@ class Plan:
 def plan(action: str, confidence: float, mode: Mode, thresholds: Thresholds) -> Plan:
     """The plan for one decision. Shadow mode writes nothing. A NONE or MERGE writes nothing.
     A CONTRADICT keeps both (the fact is added) and asks for review. add_only adds the fact in
-    place of an UPDATE and does not DELETE; so does a decision below its threshold."""
+    place of an UPDATE or a DELETE (a removal is news too: "User sold their car"), and so does a
+    decision below its threshold."""
     if mode == "shadow":
         return Plan(None, "shadow", "shadow mode: proposed only")
     if action in ("NONE", "MERGE"):
@@ -245,11 +247,12 @@ def plan(action: str, confidence: float, mode: Mode, thresholds: Thresholds) -> 
     if action == "CONTRADICT":
         return Plan("ADD", "review_needed", "opposing claims: both kept for review")
     if mode == "add_only":
-        return Plan("ADD" if action == "UPDATE" else None, "held", f"add_only mode: {action} not applied")
+        return Plan("ADD", "held", f"add_only mode: {action} not applied; the fact was added")
     needed = thresholds.update if action == "UPDATE" else thresholds.delete
     if confidence < needed:
-        return Plan("ADD" if action == "UPDATE" else None, "below_threshold",
-                    f"confidence {confidence:.2f} is below the {needed:.2f} a model's {action} needs")
+        return Plan("ADD", "below_threshold",
+                    f"confidence {confidence:.2f} is below the {needed:.2f} a model's {action} needs; "
+                    "the fact was added")
     return Plan(action, "applied")
 
 

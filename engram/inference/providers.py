@@ -114,8 +114,10 @@ class LLMProvider(Protocol):
         decisions object; single decisions it cannot accept are dropped with a warning."""
         ...
 
-    async def rerank(self, query: str, passages: list[str]) -> list[float]:
+    async def rerank(self, query: str, passages: list[str], known: tuple[str, ...] = ()) -> list[float]:
         """One relevance score from 0 to 10 per passage, in order (higher is more relevant).
+        `known`: secrets the passages hold that no pattern may find (their memories' `sensitive`),
+        redacted like the configured terms.
 
         Only valid when `capabilities.rerank`: the operator declares the model able to judge
         relevance. Raises `ProviderError`, with code "malformed_output" for an answer of the
@@ -291,15 +293,15 @@ class OllamaProvider:
     async def decide(self, facts: list[str], memories: list[str], known: tuple[str, ...] = ()) -> Decisions:
         """See `LLMProvider.decide`."""
         sent, redacted = self._redaction.texts(facts + memories, known)
-        messages, warnings = decision_contract.build_messages(sent[:len(facts)], sent[len(facts):],
-                                                              self.capabilities.max_input_tokens)
+        messages, shown, warnings = decision_contract.build_messages(sent[:len(facts)], sent[len(facts):],
+                                                                     self.capabilities.max_input_tokens)
         found = await self._ask("decide", messages, decision_contract.OUTPUT_SCHEMA,
-                                lambda content: _decisions(self, content, len(facts), len(memories), warnings))
+                                lambda content: _decisions(self, content, len(facts), shown, warnings))
         return _restored_decisions(found, redacted)
 
-    async def rerank(self, query: str, passages: list[str]) -> list[float]:
+    async def rerank(self, query: str, passages: list[str], known: tuple[str, ...] = ()) -> list[float]:
         """See `LLMProvider.rerank`."""
-        sent, _ = self._redaction.texts([query, *passages])
+        sent, _ = self._redaction.texts([query, *passages], known)
         messages = rerank_messages(sent[0], sent[1:], self.capabilities.max_input_tokens)
         return await self._ask("rerank", messages, RERANK_SCHEMA,
                                lambda content: _scores(self, content, len(passages)))
@@ -402,15 +404,15 @@ class OpenAIProvider:
     async def decide(self, facts: list[str], memories: list[str], known: tuple[str, ...] = ()) -> Decisions:
         """See `LLMProvider.decide`. A refusal from the model raises code "refused"."""
         sent, redacted = self._redaction.texts(facts + memories, known)
-        messages, warnings = decision_contract.build_messages(sent[:len(facts)], sent[len(facts):],
-                                                              self.capabilities.max_input_tokens)
+        messages, shown, warnings = decision_contract.build_messages(sent[:len(facts)], sent[len(facts):],
+                                                                     self.capabilities.max_input_tokens)
         found = await self._ask("decide", messages, "decisions", decision_contract.OUTPUT_SCHEMA,
-                                lambda content: _decisions(self, content, len(facts), len(memories), warnings))
+                                lambda content: _decisions(self, content, len(facts), shown, warnings))
         return _restored_decisions(found, redacted)
 
-    async def rerank(self, query: str, passages: list[str]) -> list[float]:
+    async def rerank(self, query: str, passages: list[str], known: tuple[str, ...] = ()) -> list[float]:
         """See `LLMProvider.rerank`. A refusal from the model raises code "refused"."""
-        sent, _ = self._redaction.texts([query, *passages])
+        sent, _ = self._redaction.texts([query, *passages], known)
         messages = rerank_messages(sent[0], sent[1:], self.capabilities.max_input_tokens)
         return await self._ask("rerank", messages, "rerank", RERANK_SCHEMA,
                                lambda content: _scores(self, content, len(passages)))

@@ -208,7 +208,8 @@ class Recall:
         texts = [with_context(h.memory.content, context.get(h.memory.id)) for h in head]
         timeout_s = self._settings.rerank_timeout_ms / 1000
         try:
-            scores = await self._reranker.scores(query, texts, timeout_s)
+            known = tuple(sorted({s for h in head for s in h.memory.sensitive}))
+            scores = await self._reranker.scores(query, texts, timeout_s, known)
         except RerankFailed as exc:
             return hits, f"rerank_failed: {exc.reason}; kept the fused order"
         if scores is None:

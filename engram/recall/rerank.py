@@ -61,8 +61,10 @@ def with_context(text: str, previous: str | None) -> str:
 class Reranker(Protocol):
     name: str
 
-    async def scores(self, query: str, texts: list[str], timeout_s: float) -> list[float] | None:
+    async def scores(self, query: str, texts: list[str], timeout_s: float,
+                     known: tuple[str, ...] = ()) -> list[float] | None:
         """A relevance score per text (higher is better), or None if not done within `timeout_s`.
+        `known`: secrets the texts hold (their memories' `sensitive`), never to leave the process.
 
         May raise `RerankFailed`; the caller then keeps the order it had.
         """
@@ -146,7 +148,9 @@ class CrossEncoder:
                 out[i] = float(logits[row][0])
         return out
 
-    async def scores(self, query: str, texts: list[str], timeout_s: float) -> list[float] | None:
+    async def scores(self, query: str, texts: list[str], timeout_s: float,
+                     known: tuple[str, ...] = ()) -> list[float] | None:
+        """See `Reranker.scores`; scored in this process, so `known` needs nothing."""
         cancelled = threading.Event()
         future = asyncio.get_running_loop().run_in_executor(self._executor, self._score_all, query, texts, cancelled)
         try:
@@ -173,14 +177,16 @@ class LLMReranker:
         self.name = f"{provider.name}/{provider.model}"
         self._provider = provider
 
-    async def scores(self, query: str, texts: list[str], timeout_s: float) -> list[float] | None:
-        """See `Reranker.scores`. Raises `RerankFailed` when the provider fails (including its own,
-        shorter, timeout); the provider's detail goes to the log, not to the caller."""
+    async def scores(self, query: str, texts: list[str], timeout_s: float,
+                     known: tuple[str, ...] = ()) -> list[float] | None:
+        """See `Reranker.scores`: the provider redacts `known` with the rest. Raises
+        `RerankFailed` when the provider fails (including its own, shorter, timeout); the
+        provider's detail goes to the log, not to the caller."""
         if not texts:
             return []
         try:
             async with asyncio.timeout(timeout_s):
-                return await self._provider.rerank(query, texts)
+                return await self._provider.rerank(query, texts, known)
         except TimeoutError:
             return None
         except ProviderError as exc:
