@@ -14,10 +14,12 @@ from uuid import UUID
 
 import asyncpg
 
+from engram.control import Control
 from engram.domain import auth
 from engram.domain.errors import Conflict, Forbidden, NotFound
 from engram.domain.models import Scope
 from engram.domain.reviews import Review, ReviewPage, ResolveRequest
+from engram.domain.text import content_hash, normalize
 from engram.store import reviews
 from engram.store import memories as repo
 
@@ -33,9 +35,10 @@ class ReviewRuns(Protocol):
 
 
 class Reviews:
-    def __init__(self, pool: asyncpg.Pool, runs: ReviewRuns) -> None:
+    def __init__(self, pool: asyncpg.Pool, runs: ReviewRuns, control: Control) -> None:
         self._pool = pool
         self._runs = runs
+        self._control = control
 
     async def list(self, principal: auth.Principal, *, status: str | None, limit: int) -> ReviewPage:
         """Reviews the caller may see, oldest first: waiting ones (open or escalated) unless
@@ -51,8 +54,9 @@ class Reviews:
     async def resolve(self, principal: auth.Principal, review_id: UUID, req: ResolveRequest, *,
                       path: str = "http") -> Review:
         """Resolve (or escalate) a waiting review. A review is for a person: an agent key may not;
-        an escalated one needs an operator. Raises Forbidden, NotFound, Conflict (closed
-        already, escalated twice, or a pinned memory the caller may not delete)."""
+        an escalated one needs an operator. Raises Forbidden, NotFound, Frozen (its scope is),
+        Conflict (closed already, escalated twice, a pinned memory the caller may not delete,
+        or merged content another live fact of the scope holds already)."""
         if principal.role in auth.AUTOMATIC_ROLES:
             raise Forbidden("a review is for a person to resolve: an agent key may not")
         principal.require("modify")
@@ -69,15 +73,19 @@ class Reviews:
             memory = await repo.get(self._pool, doomed)
             if memory is not None and memory.pinned and not principal.may("force_delete"):
                 raise Conflict(f"memory {doomed} is pinned: only an operator may resolve this review by deleting it")
+        scope = _scope(review)
+        await self._control.check(scope)
+        if req.resolution == "merge":
+            twin = await repo.find_live_by_hash(self._pool, scope, content_hash(normalize(req.content)), "fact")
+            if twin is not None and twin not in (review.new.id, review.existing.id):
+                raise Conflict(f"memory {twin} of this scope already holds the merged content")
         await self._runs.resolve(review_id, resolution=req.resolution, actor=principal.id, role=principal.role,
                                  reason=req.reason, content=req.content, path=path)
         return await self._after(review_id, review.status)
 
     async def _visible(self, principal: auth.Principal, review_id: UUID) -> Review:
         review = await reviews.get(self._pool, review_id)
-        scope = None if review is None else Scope.model_construct(user_id=review.user_id, agent_id=review.agent_id,
-                                                                   run_id=review.run_id)
-        if review is None or not principal.may_touch(scope):
+        if review is None or not principal.may_touch(_scope(review)):
             raise NotFound(f"no review {review_id}")
         return review
 
@@ -89,3 +97,7 @@ class Reviews:
             if review.status != was or asyncio.get_running_loop().time() > deadline:
                 return review
             await asyncio.sleep(0.1)
+
+
+def _scope(review: Review) -> Scope:
+    return Scope.model_construct(user_id=review.user_id, agent_id=review.agent_id, run_id=review.run_id)

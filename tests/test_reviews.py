@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 
 import pytest
 
@@ -16,6 +17,8 @@ from tests.conftest import ollama_settings, serving
 from tests.fakes.llm_server import FakeReply
 from tests.test_workflow import record_history
 from tests.test_write_pipeline import remembered
+from workflows.models import ReviewResolution
+from workflows.review import ReviewWorkflow
 
 ALLERGIC = "User is allergic to peanuts"
 NOT_ALLERGIC = "User is not allergic to peanuts"
@@ -31,7 +34,7 @@ async def contradiction(app, fake_llm) -> dict:
     review = items[0]
     for _ in range(200):  # the dispatcher starts its workflow
         if await app.count("SELECT count(*) FROM memory_jobs WHERE id = $1 AND workflow_started_at IS NOT NULL",
-                           __import__("uuid").UUID(review["id"])):
+                           uuid.UUID(review["id"])):
             break
         await asyncio.sleep(0.05)
     return review
@@ -155,3 +158,77 @@ async def test_status_counts_decisions_and_waiting_reviews(pipeline, fake_llm):
     pipeline_state = (await pipeline.get("/readyz")).json()["components"]["pipeline"]
     assert pipeline_state["decisions_24h"] == {"ADD applied": 1, "CONTRADICT review_needed": 1}
     assert pipeline_state["reviews_waiting"] == 1
+
+
+async def test_a_merge_into_the_new_facts_own_words_applies(pipeline, fake_llm):
+    review = await contradiction(pipeline, fake_llm)
+    answer = await resolve(pipeline, review["id"], "merge", content=NOT_ALLERGIC)
+    assert answer.status_code == 200 and answer.json()["detail"] is None, answer.text
+    assert await live_facts(pipeline) == [NOT_ALLERGIC]
+    existing = await pipeline.pool.fetchrow("SELECT content, version FROM memories WHERE id = $1",
+                                            uuid.UUID(review["existing"]["id"]))
+    assert (existing["content"], existing["version"]) == (NOT_ALLERGIC, 2)
+
+
+async def test_a_merge_into_another_live_facts_words_is_refused_before_anything_changes(pipeline, fake_llm):
+    review = await contradiction(pipeline, fake_llm)
+    await remembered(pipeline, fake_llm, "I work as a nurse", "User works as a nurse")
+    refused = await resolve(pipeline, review["id"], "merge", content="User works as a nurse")
+    assert refused.status_code == 409 and refused.json()["error"]["type"] == "conflict", refused.text
+    assert await live_facts(pipeline) == [ALLERGIC, NOT_ALLERGIC, "User works as a nurse"]
+    assert (await pipeline.get(f"/api/reviews/{review['id']}")).json()["status"] == "open"
+
+
+async def test_a_review_in_a_frozen_scope_is_refused_until_the_freeze_lifts(pipeline, fake_llm):
+    review = await contradiction(pipeline, fake_llm)
+    freeze = {"switch": "freeze", "scope": {"user_id": "u1"}, "reason": "incident"}
+    assert (await pipeline.post("/api/control", {**freeze, "on": True})).status_code == 200
+    refused = await resolve(pipeline, review["id"], "replace")
+    assert refused.status_code == 423 and refused.json()["error"]["type"] == "frozen", refused.text
+    assert await live_facts(pipeline) == [ALLERGIC, NOT_ALLERGIC]
+    assert (await pipeline.post("/api/control", {**freeze, "on": False})).status_code == 200
+    done = await resolve(pipeline, review["id"], "replace")
+    assert done.status_code == 200 and done.json()["status"] == "resolved"
+    assert await live_facts(pipeline) == [NOT_ALLERGIC]
+    # The review's job ends with it, so no queue shows it pending for ever.
+    assert (await pipeline.job(review["id"]))["status"] == "done"
+
+
+async def test_an_expiry_that_would_delete_waits_while_the_kill_switch_is_on(make_app, fake_llm):
+    async with make_app(**ollama_settings(fake_llm), review_ttl_s=1.0, review_default="replace") as app:
+        review = await contradiction(app, fake_llm)
+        kill = {"switch": "kill_switch", "reason": "incident"}
+        assert (await app.post("/api/control", {**kill, "on": True})).status_code == 200
+        await asyncio.sleep(3)  # past the time limit: the default's step runs, and waits
+        assert (await app.get(f"/api/reviews/{review['id']}")).json()["status"] == "open"
+        assert await live_facts(app) == [ALLERGIC, NOT_ALLERGIC]
+        assert (await app.post("/api/control", {**kill, "on": False})).status_code == 200
+        handle = app.runtime.client.get_workflow_handle(f"review-{review['id']}")
+        result = await asyncio.wait_for(handle.result(), 60)
+        assert (result["status"], result["resolution"]) == ("expired", "replace")
+        assert await live_facts(app) == [NOT_ALLERGIC]
+
+
+async def test_while_an_escalation_is_recorded_only_an_operators_resolution_is_taken(pipeline, fake_llm):
+    review = await contradiction(pipeline, fake_llm)
+    handle = pipeline.runtime.client.get_workflow_handle(f"review-{review['id']}")
+
+    def signal(resolution: str, role: str) -> ReviewResolution:
+        return ReviewResolution(resolution=resolution, actor=f"key:{role}", role=role, reason="checked")
+
+    # Hold the review's row, so the escalation's step waits inside its transaction: the window in
+    # which the service, reading the review as open, may still signal.
+    async with pipeline.pool.acquire() as conn, conn.transaction():
+        await conn.execute("SELECT 1 FROM memory_reviews WHERE id = $1 FOR UPDATE", uuid.UUID(review["id"]))
+        await handle.signal(ReviewWorkflow.resolve, signal("escalate", "writer"))
+        for _ in range(100):
+            if (await handle.query("state"))["status"] == "escalating":
+                break
+            await asyncio.sleep(0.05)
+        await handle.signal(ReviewWorkflow.resolve, signal("escalate", "writer"))
+        await handle.signal(ReviewWorkflow.resolve, signal("keep_existing", "writer"))
+        await handle.signal(ReviewWorkflow.resolve, signal("replace", "operator"))
+        assert (await handle.query("state")) == {"status": "escalating", "ignored_signals": 2}
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert (result["status"], result["resolution"]) == ("resolved", "replace")
+    assert await live_facts(pipeline) == [NOT_ALLERGIC]

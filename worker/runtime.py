@@ -179,7 +179,7 @@ class Runtime:
         service = MemoryService(settings, pool, recall, waiter, availability, integrity, control)
         changes = MemoryChanges(settings, pool, embedding_spaces, integrity, control)
         forgets = BatchForgets(settings, pool, recall, changes, TemporalForgetRuns(client, settings), control)
-        reviews = Reviews(pool, TemporalReviewRuns(client, settings))
+        reviews = Reviews(pool, TemporalReviewRuns(client, settings), control)
         rt = cls(settings, pool, embedding_spaces, providers, client, service, changes, forgets, control, reviews,
                  roles=roles, lexical=lexical)
         if "api" in roles:
@@ -200,7 +200,7 @@ class Runtime:
                                              BatchForgetWorkflow, ControlWorkflow, ReviewWorkflow],
                                   activities=ingest.all() + legacy.all() + ForgetActivities(pool, changes, control).all()
                                   + ControlActivities(pool).all()
-                                  + ReviewActivities(pool, changes, embedding_spaces).all()))
+                                  + ReviewActivities(pool, changes, embedding_spaces, control).all()))
             dispatcher = Dispatcher(TemporalPipeline(client, pool, settings), pool, settings)
             rt._start(dispatcher.run_forever(), "outbox-dispatcher")
             rt._start(ChainSealer(pool, settings).run_forever(), "chain-sealer")

@@ -5,7 +5,9 @@ resolution (REVIEW_DEFAULT, keep_both unless set) as an expiry. `escalate` hands
 an operator: it then waits with no time limit. The first valid resolution is applied
 (engram.review_steps), once; signals after it are ignored, and the `state` query says where it
 stands. Who may send which resolution is checked by the service before it signals; a resolution
-that is not one of the four, or an escalation of an escalated review, is refused here too.
+that is not one of the four, an escalation once escalating, or, from then on, a resolution from
+a role that may not approve, is refused here too (a signal can arrive while the escalation's
+own step runs, after the service read the review as open).
 
 Signal for the Web UI: `resolve`, with JSON
 {"resolution": "keep_both", "actor": "key:<uuid>", "role": "operator", "reason": "..."}
@@ -28,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
 _STEP = dict(start_to_close_timeout=timedelta(seconds=60),
              retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)))
 FINAL = ("keep_existing", "replace", "keep_both", "merge")
+APPROVERS = ("operator", "admin")  # who may resolve an escalated review
 
 
 @workflow.defn
@@ -45,6 +48,7 @@ class ReviewWorkflow:
                                           reason=f"no resolution within {inp.ttl_s:g} s: the default applies")
             return await self._close(inp, resolution, expired=True)
         if resolution.resolution == "escalate":
+            self._status = "escalating"
             await workflow.execute_activity_method(
                 ReviewActivities.escalate,
                 EscalateInput(review_id=inp.review_id, actor=resolution.actor, reason=resolution.reason), **_STEP)
@@ -73,12 +77,19 @@ class ReviewWorkflow:
 
     @workflow.signal
     def resolve(self, r: ReviewResolution) -> None:
-        accepts = FINAL + (("escalate",) if self._status == "open" else ())
-        if self._status not in ("open", "escalated") or self._pending or r.resolution not in accepts \
-                or (r.resolution == "merge" and not r.content):
+        if self._accepts(r):
+            self._pending.append(r)
+        else:
             self._ignored += 1
-            return
-        self._pending.append(r)
+
+    def _accepts(self, r: ReviewResolution) -> bool:
+        if self._pending or (r.resolution == "merge" and not r.content):
+            return False
+        if self._status == "open":
+            return r.resolution in FINAL + ("escalate",)
+        if self._status in ("escalating", "escalated"):
+            return r.resolution in FINAL and r.role in APPROVERS
+        return False
 
     @workflow.query
     def state(self) -> dict:
