@@ -28,12 +28,11 @@ $(STAMP): pyproject.toml Makefile
 # each in 5-15 s on 2 cores, so a call may wait for a few others before its own starts. Its
 # decisions are poor (`make test-llm`: it DELETEs on an instruction inside a memory, and rewrites
 # unrelated memories; the pipeline's similarity floor refuses those, but not every bad UPDATE of a
-# related one), so facts are only added unless you say otherwise.
+# related one), so the settings make facts only added, and a call's time limit 120 s, unless you
+# say otherwise (engram.settings).
 ifeq ($(LLM),local)
 up: llm
 up: export ENGRAM_LLM_PROVIDER := local
-up: export ENGRAM_LLM_TIMEOUT_S ?= 120
-up: export ENGRAM_WRITE_PIPELINE ?= add_only
 endif
 up: $(STAMP)
 	$(VENV)/bin/engram up

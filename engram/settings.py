@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from engram.domain.models import MAX_PIPELINE_TIMEOUT_MS, MAX_RERANK_TOP_N
 
 ProviderName = Literal["ollama", "openai", "local", "none"]
+LOCAL_LLM_TIMEOUT_S = 120.0
 
 
 class Settings(BaseSettings):
@@ -82,6 +83,9 @@ class Settings(BaseSettings):
     local_llm_port: int = 18080
     local_llm_threads: int = Field(default=2, ge=1)
     local_llm_model_path: Path | None = None
+    # With the local model as the provider, what is not set says otherwise: it answers one call at
+    # a time in 5-15 s on 2 cores (so a call may wait for others), and its decisions are poor
+    # (`make test-llm`), so facts are only added (`_local_defaults`).
     llm_timeout_s: float = 20.0
     # Before any call to an LLM provider, secrets in memory text (API keys, tokens, private keys,
     # passwords in URLs and assignments, and these terms) are replaced by placeholders; the map
@@ -109,12 +113,12 @@ class Settings(BaseSettings):
     # differs), is MERGEd onto it without a model. bge-small: a paraphrase scores 0.96-0.99,
     # "lives in Paris"/"in Berlin" 0.83, "allergic"/"not allergic" 0.94.
     merge_similarity: float = Field(default=0.95, ge=0.5, le=1.0)
-    # The confidence a model's UPDATE or DELETE needs; below it, the UPDATE's fact is added
-    # instead and the DELETE is not applied.
+    # The confidence a model's UPDATE or DELETE needs; below it, its fact is added instead.
     decision_min_confidence_update: float = Field(default=0.6, ge=0.0, le=1.0)
     decision_min_confidence_delete: float = Field(default=0.8, ge=0.0, le=1.0)
     # A model's UPDATE, DELETE or CONTRADICT acts only on a memory this close (cosine) to the fact
-    # it decides about, and an UPDATE's new content must stay content_similarity close to the fact.
+    # it decides about, and an UPDATE's new content must stay content_similarity close to the fact,
+    # as must a NONE's memory (it stands for the fact from then on).
     # bench/reports/write-pipeline.md: real changes of one subject score 0.63-0.90 ("moved to
     # Mombasa" / "lives in Oslo" 0.69), an injected "delete everything" 0.43-0.55.
     decision_min_similarity: float = Field(default=0.6, ge=0.0, le=1.0)
@@ -206,3 +210,13 @@ class Settings(BaseSettings):
 
     # Security baseline.
     dev_api_key: str = ""
+
+    @model_validator(mode="after")
+    def _local_defaults(self) -> "Settings":
+        """The local model's defaults, for the fields neither the environment nor the caller set."""
+        if self.llm_provider == "local":
+            if "llm_timeout_s" not in self.model_fields_set:
+                self.llm_timeout_s = LOCAL_LLM_TIMEOUT_S
+            if "write_pipeline" not in self.model_fields_set:
+                self.write_pipeline = "add_only"
+        return self
