@@ -27,6 +27,20 @@ def test_the_local_provider_asks_the_local_server_for_the_model_it_serves():
     assert provider.model == local_llm.MODEL_NAME
 
 
+def test_the_local_provider_waits_longer_and_only_adds_facts_unless_told_otherwise(monkeypatch):
+    for name in ("ENGRAM_LLM_PROVIDER", "ENGRAM_WRITE_PIPELINE", "ENGRAM_LLM_TIMEOUT_S"):
+        monkeypatch.delenv(name, raising=False)
+    local = Settings(llm_provider="local")
+    assert (local.llm_timeout_s, local.write_pipeline) == (120.0, "add_only")
+    other = Settings(llm_provider="ollama")
+    assert (other.llm_timeout_s, other.write_pipeline) == (20.0, "full")
+    monkeypatch.setenv("ENGRAM_LLM_PROVIDER", "local")
+    monkeypatch.setenv("ENGRAM_WRITE_PIPELINE", "full")
+    monkeypatch.setenv("ENGRAM_LLM_TIMEOUT_S", "45")
+    chosen = Settings()
+    assert (chosen.llm_timeout_s, chosen.write_pipeline) == (45.0, "full")
+
+
 def test_the_local_provider_is_held_to_the_allowlist():
     with pytest.raises(ConfigError, match="not in ENGRAM_PROVIDER_ALLOWLIST"):
         build_provider_chain(Settings(llm_provider="local", provider_allowlist=["127.0.0.1:11434"]))
