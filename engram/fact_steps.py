@@ -5,7 +5,9 @@ For each new fact of a source memory:
 1. its nearest live facts in exactly the source's scope are read from Postgres (exact cosine,
    so a fact written a moment ago counts);
 2. one that is nearly the same text and says the same (engram.domain.decisions.same_claim) is
-   a MERGE, decided without a model;
+   a MERGE, decided without a model; a fact nearly the same as an earlier fact of the same
+   extraction but saying otherwise ("allergic" / "not allergic") is a CONTRADICT of it, decided
+   without a model: both are kept, for a person to review;
 3. the rest go to the model in one call, beside their candidates under temporary ids
    (engram.domain.decisions); a fact with no candidate at all is an ADD, with no call;
 4. each decision is applied in its own short transaction, under the rollout mode and the
@@ -25,7 +27,7 @@ import asyncio
 import logging
 import weakref
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from uuid import UUID, uuid4
 
@@ -41,6 +43,7 @@ from engram.domain.errors import EngramError
 from engram.domain.extraction import ExtractedFact, Extraction
 from engram.domain.models import Memory, MemoryDraft
 from engram.domain.text import content_hash, normalize
+from engram.domain.usage import usage_of
 from engram.inference.availability import Availability, is_outage
 from engram.inference.embedding_spaces import EmbeddingSpaces
 from engram.inference.providers import ProviderChainError
@@ -83,7 +86,6 @@ class FactsResult:
 
     decided: Counter = field(default_factory=Counter)
     warnings: list[str] = field(default_factory=list)
-    usage: dict[str, dict[str, int]] = field(default_factory=dict)  # the decision call's, as usage_of says
 
     def summary(self) -> dict:
         return {"decided": dict(sorted(self.decided.items())), "warnings": self.warnings}
@@ -129,15 +131,36 @@ class FactWriter:
         near = [await store.nearest_facts(self._pool, source.scope, v[model], model,
                                           self._settings.decision_candidates) for v in vectors]
         proposals = self._without_model(todo, near)
+        opposed = self._opposed(todo, [v[model] for v in vectors])
+        for j, (i, similarity) in opposed.items():
+            proposals[j] = _Proposal("CONTRADICT", similarity, f"opposes another fact of the same memory, "
+                                                               f"{todo[i].content[:80]!r}", related=similarity)
         ask = [i for i, p in enumerate(proposals) if p is None]
         if ask:
-            await self._ask_model(availability, todo, near, ask, proposals, found.secrets, result)
+            await self._ask_model(availability, todo, near, ask, proposals, found.secrets, result, job_id)
         extraction = ModelAttribution(found.provider, found.model, found.prompt_version)
-        for fact, vector, proposal in zip(todo, vectors, proposals):
-            outcome = await self._apply(source, fact, vector, proposal, mode, extraction, found.secrets, job_id,
-                                        request_id)
+        holders: dict[int, UUID | None] = {}  # the memory that holds each fact once it is decided
+        for k, (fact, vector, proposal) in enumerate(zip(todo, vectors, proposals)):
+            if k in opposed:
+                proposal = _against_sibling(proposal, todo[opposed[k][0]], holders.get(opposed[k][0]))
+            outcome, holders[k] = await self._apply(source, fact, vector, proposal, mode, extraction, found.secrets,
+                                                    job_id, request_id)
             result.decided[f"{proposal.action} {outcome}"] += 1
         return result
+
+    def _opposed(self, todo: list[ExtractedFact], vectors: list[np.ndarray]) -> dict[int, tuple[int, float]]:
+        """For each fact that opposes an earlier one of the same extraction (cosine at least
+        BATCH_CONTRADICTION_SIMILARITY, yet not the same claim: a negation or a number differs),
+        that earlier fact's index and the cosine."""
+        floor = self._settings.batch_contradiction_similarity
+        found: dict[int, tuple[int, float]] = {}
+        for j in range(1, len(todo)):
+            for i in range(j):
+                similarity = float(np.dot(vectors[i], vectors[j]))
+                if (similarity >= floor and not contract.same_claim(todo[i].content, todo[j].content)
+                        and similarity > found.get(j, (i, -1.0))[1]):
+                    found[j] = (i, similarity)
+        return found
 
     def _without_model(self, todo: list[ExtractedFact], near: list[list[store.Candidate]]) -> list[_Proposal | None]:
         """MERGE onto a near-duplicate, ADD when there is nothing near; None: the model decides."""
@@ -155,9 +178,9 @@ class FactWriter:
 
     async def _ask_model(self, availability: Availability, todo: list[ExtractedFact],
                          near: list[list[store.Candidate]], ask: list[int], proposals: list[_Proposal | None],
-                         secrets: list[str], result: FactsResult) -> None:
+                         secrets: list[str], result: FactsResult, job_id: UUID | None) -> None:
         """Fill `proposals[i]` for each i in `ask` from one decision call; a fact the model left
-        undecided (or an answer it could not give) is added."""
+        undecided (or an answer it could not give) is added. The call's tokens count on the job."""
         shown: dict[UUID, store.Candidate] = {}
         for candidate in sorted((c for i in ask for c in near[i]), key=lambda c: -c.similarity):
             if candidate.id not in shown and len(shown) < MAX_SHOWN:
@@ -173,7 +196,8 @@ class FactWriter:
             answer = None
         if answer is not None:
             result.warnings.extend(answer.warnings)
-            result.usage = usage_of(answer)
+            if job_id is not None:  # spent, however the job's attempt ends
+                await jobs.add_usage(self._pool, job_id, usage_of(answer))
             attribution = ModelAttribution(answer.provider, answer.model, answer.prompt_version)
             for d in answer.decisions:
                 target = memories[d.target - 1] if d.target else None
@@ -190,11 +214,16 @@ class FactWriter:
 
     async def _apply(self, source: Memory, fact: ExtractedFact, vectors: dict[str, np.ndarray], p: _Proposal,
                      mode: str, extraction: ModelAttribution, secrets: list[str], job_id: UUID | None,
-                     request_id: str | None) -> str:
-        """Apply one proposal with its decision row, in one transaction; the outcome recorded
-        ("already" when another run recorded this fact first)."""
+                     request_id: str | None) -> tuple[str, UUID | None]:
+        """Apply one proposal with its decision row, in one transaction: the outcome recorded
+        ("already" when another run recorded this fact first), and the live memory that holds
+        the fact now (None when none does: shadow mode, a DELETE, or "already")."""
         thresholds = contract.Thresholds(self._settings.decision_min_confidence_update,
                                          self._settings.decision_min_confidence_delete)
+        if p.action in ("UPDATE", "DELETE") and contract.opposes(fact.content, p.target.content, p.content):
+            p = replace(p, action="CONTRADICT", content=None,
+                        reason=f"the model's {p.action} would set an opposing claim over the memory, with no word of "
+                               f"change: kept both for review ({p.reason})")
         step = contract.plan(p.action, p.confidence, mode, thresholds)
         new_vectors = None
         if step.act == "UPDATE":  # embedded before any lock is taken
@@ -203,7 +232,7 @@ class FactWriter:
             step = self._unrelated(p, vectors, new_vectors) or step
         ctx = ChangeContext(path=PATH, request_id=request_id, model=p.attribution)
         outcome, detail, written, add = step.outcome, step.detail, None, step.act == "ADD"
-        deleted = False
+        deleted, holder = False, None
         try:
             async with self._pool.acquire() as conn:
                 async with conn.transaction():
@@ -217,6 +246,7 @@ class FactWriter:
                                                               content=p.content, vectors=new_vectors)
                             written, deleted = p.target.id, step.act == "DELETE"
                             if step.act == "UPDATE":
+                                holder = p.target.id
                                 await store.add_source(conn, p.target.id, source.id)
                                 await store.set_sensitive(conn, p.target.id, _held_in(p.content, p.secrets))
                         except Frozen as err:
@@ -225,10 +255,12 @@ class FactWriter:
                             outcome, detail, add = "refused", f"{err.type}: {err.detail}; the fact was added", True
                     if add:
                         written, held_by = await self._add(conn, source, fact, vectors, extraction, secrets, request_id)
+                        holder = written
                         if held_by:
                             detail = f"{detail + '; ' if detail else ''}the fact is held by memory {held_by} already"
                     elif step.act is None and p.target is not None and mode != "shadow" and p.action != "CONTRADICT":
                         await store.add_source(conn, p.target.id, source.id)  # NONE, MERGE: it supports the fact
+                        holder = p.target.id
                     recorded = await store.record(
                         conn, source.scope, source_memory_id=source.id, job_id=job_id, fact=fact.content,
                         fact_hash=_hash(fact.content), fact_type=fact.type, fact_confidence=fact.confidence,
@@ -243,13 +275,13 @@ class FactWriter:
                     if written is not None:
                         await change_store.wake_index_sync(conn)
         except _DecidedElsewhere:
-            return "already"
+            return "already", None
         if deleted:
             await self._control.note_delete(written, source.scope)  # a run of model deletes freezes the scope
         log.info("fact decided", extra={"memory_id": str(source.id), "job_id": str(job_id) if job_id else None,
                                         "stage": "decide", "outcome": f"{p.action} {outcome}",
                                         "provider": p.attribution.provider, "model": p.attribution.model})
-        return outcome
+        return outcome, holder
 
     def _unrelated(self, p: _Proposal, fact_vectors: dict[str, np.ndarray],
                    new_vectors: dict[str, np.ndarray] | None) -> contract.Plan | None:
@@ -306,7 +338,7 @@ class FactWriter:
         await reviews.insert(conn, review_id, scope=source.scope, decision_id=decision_id, new_memory_id=new_id,
                              existing_memory_id=p.target.id, reason=p.reason, expires_at=expires_at)
         await jobs.insert(conn, job_id=review_id, memory_id=new_id, job_type="review", max_attempts=1,
-                          payload={"review_id": str(review_id)})
+                          payload={"review_id": str(review_id), "expires_at": expires_at.isoformat()})
 
     async def _check_held(self, source: Memory, conn: asyncpg.Connection) -> None:
         if not await self._control.autonomous_allowed(conn):
@@ -317,30 +349,16 @@ class FactWriter:
             raise Held("Frozen", err.detail) from err
 
 
+def _against_sibling(p: _Proposal, sibling: ExtractedFact, holder: UUID | None) -> _Proposal:
+    """A CONTRADICT of an earlier fact of the same extraction, aimed at the memory that holds
+    that fact now; with none (shadow mode, or the fact deleted something), the fact is added."""
+    if holder is None:
+        return _Proposal("ADD", 1.0, f"{p.reason}, which no memory holds; added")
+    return replace(p, target=store.Candidate(holder, sibling.content, 1, p.confidence))
+
+
 class _DecidedElsewhere(Exception):
     """Another run recorded this fact's decision first: this transaction rolls back."""
-
-
-def usage_of(*answers) -> dict[str, dict[str, int]]:
-    """Tokens by "provider/model": {"calls", "in", "out"}, summed over `answers` (extractions,
-    decisions): what a job records of its model calls."""
-    usage: dict[str, dict[str, int]] = {}
-    for a in answers:
-        counts = usage.setdefault(f"{a.provider}/{a.model}", {"calls": 0, "in": 0, "out": 0})
-        counts["calls"] += 1
-        counts["in"] += a.tokens_in
-        counts["out"] += a.tokens_out
-    return usage
-
-
-def merge_usage(*usages: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
-    total: dict[str, dict[str, int]] = {}
-    for usage in usages:
-        for key, counts in usage.items():
-            into = total.setdefault(key, {"calls": 0, "in": 0, "out": 0})
-            for name, n in counts.items():
-                into[name] += n
-    return total
 
 
 def _held_in(content: str | None, secrets) -> list[str]:

@@ -21,7 +21,8 @@ import asyncpg
 from engram.control import Control
 from engram.domain.control import Frozen
 from engram.domain.models import Memory
-from engram.fact_steps import FactWriter, Held, merge_usage, usage_of
+from engram.domain.usage import usage_of
+from engram.fact_steps import FactWriter, Held
 from engram.inference.availability import Availability, ChainDown, is_outage
 from engram.inference.embedding_spaces import EmbeddingSpaces
 from engram.inference.providers import ProviderChainError
@@ -165,6 +166,7 @@ async def _extract_one(pool: asyncpg.Pool, availability: Availability, control: 
                        request_id: str, settled: Settled) -> None:
     try:
         found = await availability.extract(memory.content)
+        await jobs.add_usage(pool, job.id, usage_of(found))  # spent, however this attempt ends
         # The facts become memories (or change the scope's facts) before the job finishes: a
         # crash between the two runs this again, and the facts decided already are skipped.
         written = await facts.write(availability, memory, found, job_id=job.id, request_id=request_id)
@@ -200,7 +202,6 @@ async def _extract_one(pool: asyncpg.Pool, availability: Availability, control: 
                 if not await jobs.finish_many(conn, [job.id], status="done", from_status=from_status, owner=owner):
                     return  # another run of this step finished it
                 await jobs.publish_first_pass(conn, [job.id], "processed")
-                await jobs.set_usage(conn, job.id, merge_usage(usage_of(found), written.usage))
                 await repo.record_extraction(
                     conn, job.memory_id, status="done", extracted=found.model_dump(mode="json") | written.summary(),
                     model=found.model,

@@ -9,6 +9,7 @@ answer is the review once the workflow has closed it, or as it stands after a sh
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 from typing import Protocol
 from uuid import UUID
 
@@ -31,7 +32,8 @@ class ReviewRuns(Protocol):
     """The workflows behind reviews (worker/temporal_review.py)."""
 
     async def resolve(self, review_id: UUID, *, resolution: str, actor: str, role: str, reason: str,
-                      content: str | None, path: str) -> None: ...
+                      content: str | None, path: str, expires_at: datetime) -> None:
+        """Signal the review's run, starting it (to expire at `expires_at`) if it has not started."""
 
 
 class Reviews:
@@ -80,7 +82,7 @@ class Reviews:
             if twin is not None and twin not in (review.new.id, review.existing.id):
                 raise Conflict(f"memory {twin} of this scope already holds the merged content")
         await self._runs.resolve(review_id, resolution=req.resolution, actor=principal.id, role=principal.role,
-                                 reason=req.reason, content=req.content, path=path)
+                                 reason=req.reason, content=req.content, path=path, expires_at=review.expires_at)
         return await self._after(review_id, review.status)
 
     async def _visible(self, principal: auth.Principal, review_id: UUID) -> Review:

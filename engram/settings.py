@@ -113,6 +113,9 @@ class Settings(BaseSettings):
     # differs), is MERGEd onto it without a model. bge-small: a paraphrase scores 0.96-0.99,
     # "lives in Paris"/"in Berlin" 0.83, "allergic"/"not allergic" 0.94.
     merge_similarity: float = Field(default=0.95, ge=0.5, le=1.0)
+    # Two facts of one extraction this close (cosine) that differ by a negation or a number oppose
+    # each other ("allergic"/"not allergic" 0.94, "2"/"3 children" 0.91): both kept, for review.
+    batch_contradiction_similarity: float = Field(default=0.85, ge=0.5, le=1.0)
     # The confidence a model's UPDATE or DELETE needs; below it, its fact is added instead.
     decision_min_confidence_update: float = Field(default=0.6, ge=0.0, le=1.0)
     decision_min_confidence_delete: float = Field(default=0.8, ge=0.0, le=1.0)

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from engram.domain.decisions import (
-    SYSTEM_PROMPT, Thresholds, build_messages, parse_decisions, plan, same_claim,
+    SYSTEM_PROMPT, Thresholds, build_messages, opposes, parse_decisions, plan, same_claim,
 )
 from engram.domain.extraction import MalformedOutput
 
@@ -142,3 +142,16 @@ def test_the_plan_of_each_decision_under_each_mode(action, confidence, mode, act
 ])
 def test_a_near_duplicate_must_say_the_same(a, b, same):
     assert same_claim(a, b) is same
+
+
+@pytest.mark.parametrize("fact, target, content, against", [
+    ("User is not allergic to peanuts", "User is allergic to peanuts", None, True),
+    ("User is no longer allergic to peanuts", "User is allergic to peanuts", None, False),
+    ("I can't stand green tea.", "User likes green tea", "User can't stand green tea", True),
+    ("User moved to Berlin", "User lives in Paris", "User lives in Berlin", False),
+    ("User sold their car", "User drives a red Toyota", None, False),
+    ("User does not own a car", "User drives a red Toyota", None, True),
+    ("User stopped drinking coffee", "User likes coffee", "User doesn't drink coffee", False),
+])
+def test_a_change_that_only_negates_its_target_is_a_contradiction(fact, target, content, against):
+    assert opposes(fact, target, content) is against

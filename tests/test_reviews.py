@@ -232,3 +232,35 @@ async def test_while_an_escalation_is_recorded_only_an_operators_resolution_is_t
     result = await asyncio.wait_for(handle.result(), 30)
     assert (result["status"], result["resolution"]) == ("resolved", "replace")
     assert await live_facts(pipeline) == [NOT_ALLERGIC]
+
+
+async def test_opposing_facts_of_one_memory_are_both_kept_for_review_without_a_model(pipeline, fake_llm):
+    fake_llm.script(FakeReply.json({"facts": [{"content": c, "type": "fact", "confidence": 0.9}
+                                              for c in (ALLERGIC, NOT_ALLERGIC, "User has a dog named Rex")],
+                                    "entities": [], "category": None, "tags": []}))
+    answer = await pipeline.remember("peanuts make me ill; no wait, I'm fine with them. I have a dog, Rex.",
+                                     mode="sync")
+    await pipeline.wait_job(answer["job_id"], "done")
+    assert await live_facts(pipeline) == ["User has a dog named Rex", ALLERGIC, NOT_ALLERGIC]
+    assert fake_llm.decision_requests() == []  # nothing to decide against, and the pair needs no model
+    rows = await pipeline.pool.fetch("SELECT fact, action, outcome, provider FROM memory_decisions ORDER BY id")
+    assert [(r["fact"], r["action"], r["outcome"], r["provider"]) for r in rows] == [
+        (ALLERGIC, "ADD", "applied", None), (NOT_ALLERGIC, "CONTRADICT", "review_needed", None),
+        ("User has a dog named Rex", "ADD", "applied", None)]
+    [review] = (await pipeline.get("/api/reviews")).json()["items"]
+    assert (review["existing"]["content"], review["new"]["content"]) == (ALLERGIC, NOT_ALLERGIC)
+
+
+@pytest.mark.parametrize("proposal", [{"action": "DELETE"}, {"action": "UPDATE", "content": NOT_ALLERGIC}],
+                         ids=["DELETE", "UPDATE"])
+async def test_a_models_change_that_opposes_its_target_with_no_word_of_change_goes_to_review(
+        pipeline, fake_llm, proposal):
+    await remembered(pipeline, fake_llm, "peanuts make me ill", ALLERGIC)
+    await remembered(pipeline, fake_llm, "I'm fine with peanuts", NOT_ALLERGIC, decisions=FakeReply.decisions(
+        {"target": 1, "confidence": 0.95, "reason": "the user corrected it"} | proposal))
+    assert await live_facts(pipeline) == [ALLERGIC, NOT_ALLERGIC]
+    last = await pipeline.pool.fetchrow("SELECT action, outcome, reason FROM memory_decisions ORDER BY id DESC LIMIT 1")
+    assert (last["action"], last["outcome"]) == ("CONTRADICT", "review_needed")
+    assert last["reason"].startswith(f"the model's {proposal['action']} would set an opposing claim")
+    [review] = (await pipeline.get("/api/reviews")).json()["items"]
+    assert (review["existing"]["content"], review["new"]["content"]) == (ALLERGIC, NOT_ALLERGIC)

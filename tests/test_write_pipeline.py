@@ -267,8 +267,10 @@ async def test_the_kill_switch_stops_decisions_midway_and_they_resume_once_lifte
     fake_llm.script_decisions(FakeReply.decisions(
         {"action": "UPDATE", "target": 1, "content": "User lives in Berlin", "confidence": 1.0}))
     await pipeline.post("/api/control", {"switch": "kill_switch", "on": False, "reason": "test"})
-    await pipeline.wait_job(answer["job_id"], "done", timeout_s=60)
+    done = await pipeline.wait_job(answer["job_id"], "done", timeout_s=60)
     assert (await facts_of(pipeline, paris["memory_id"]))[0]["content"] == "User lives in Berlin"
+    # Both attempts' calls were paid for: two extractions and two decision calls (10 and 10 each).
+    assert done["usage"] == {"ollama/llama3.2:3b": {"calls": 4, "in": 40, "out": 40}}
 
 
 async def test_a_decision_outage_parks_the_job_and_the_drain_finishes_it(pipeline, fake_llm):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import datetime, timezone
 from uuid import UUID
 
 import asyncpg
@@ -55,7 +56,9 @@ class TemporalPipeline:
         Temporal did not answer."""
         s = self._settings
         if job.job_type == "review":
-            run, arg = ReviewWorkflow.run, review_input(s, UUID(job.payload["review_id"]))
+            expires_at = job.payload.get("expires_at")
+            run, arg = ReviewWorkflow.run, review_input(s, UUID(job.payload["review_id"]),
+                                                        datetime.fromisoformat(expires_at) if expires_at else None)
         else:
             run = ReembedWorkflow.run
             arg = ReembedInput(job_id=job.id, target=job.payload["target"], batch_size=s.reembed_batch_size,
@@ -100,5 +103,8 @@ def job_llm_s(s: Settings) -> float:
     return calls * s.llm_timeout_s + 5
 
 
-def review_input(s: Settings, review_id: UUID) -> ReviewInput:
-    return ReviewInput(review_id=review_id, ttl_s=s.review_ttl_s, default=s.review_default)
+def review_input(s: Settings, review_id: UUID, expires_at: datetime | None) -> ReviewInput:
+    """The run of a review that expires at `expires_at` (as stored when it opened), however late
+    its run starts; a review of before that was stored gets the whole REVIEW_TTL_S."""
+    ttl_s = s.review_ttl_s if expires_at is None else (expires_at - datetime.now(timezone.utc)).total_seconds()
+    return ReviewInput(review_id=review_id, ttl_s=max(ttl_s, 1.0), default=s.review_default)

@@ -3,6 +3,7 @@ started with it if the dispatcher has not started it yet."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from uuid import UUID
 
 from temporalio.client import Client
@@ -23,12 +24,12 @@ class TemporalReviewRuns:
         self._settings = settings
 
     async def resolve(self, review_id: UUID, *, resolution: str, actor: str, role: str, reason: str,
-                      content: str | None, path: str) -> None:
+                      content: str | None, path: str, expires_at: datetime) -> None:
         signal = ReviewResolution(resolution=resolution, actor=actor, role=role, reason=reason, content=content,
                                   path=path)
         try:
             await self._client.start_workflow(
-                ReviewWorkflow.run, review_input(self._settings, review_id),
+                ReviewWorkflow.run, review_input(self._settings, review_id, expires_at),
                 id=jobs.workflow_id_for(review_id, "review"), task_queue=self._settings.temporal_task_queue,
                 # Signal-with-start: a running review gets the signal; a closed one is not started again.
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,

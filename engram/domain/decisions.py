@@ -270,3 +270,23 @@ def same_claim(a: str, b: str) -> bool:
     near-duplicate MERGE needs this to hold as well as the similarity."""
     return (len(_NEGATION.findall(a)) % 2 == len(_NEGATION.findall(b)) % 2
             and sorted(_NUMBER.findall(a)) == sorted(_NUMBER.findall(b)))
+
+
+# Words that say a claim changed rather than that two claims disagree ("no longer", "moved",
+# "quit"...). English only: a fact in another language that negates its target without one of
+# these is held as a contradiction, which costs a review, never a fact.
+_CHANGE = re.compile(r"\b(?:no longer|any ?more|now|these days|nowadays|stopped|quit|used to|since|moved|"
+                     r"relocated|switched|changed|gave up|given up|became|started|left|sold|outgrew|recovered|"
+                     r"cured|broke up|split up|passed away|died|rehomed|retired|former(?:ly)?|ex-)", re.IGNORECASE)
+
+
+def opposes(fact: str, target: str, new_content: str | None = None) -> bool:
+    """Whether a model's UPDATE or DELETE of `target` on the strength of `fact` (with the
+    UPDATE's `new_content`) sets one claim against another instead of recording a change: the
+    result negates the target (one says "not", the other does not) and the fact has no word of
+    change. "User is not allergic to peanuts" against "User is allergic to peanuts" opposes;
+    "User is no longer allergic to peanuts" is a change. Such a decision is a contradiction,
+    for a person to review, never a write."""
+    result = new_content if new_content is not None else fact
+    return (len(_NEGATION.findall(result)) % 2 != len(_NEGATION.findall(target)) % 2
+            and _CHANGE.search(fact) is None)

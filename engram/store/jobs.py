@@ -19,6 +19,7 @@ from uuid import UUID
 import asyncpg
 
 from engram.domain.models import Job
+from engram.domain.usage import Usage, merge_usage
 
 _COLUMNS = """j.id, j.memory_id, j.job_type, j.status, j.attempt_count, j.max_attempts, j.next_attempt_at,
     j.last_error, j.last_error_code, j.workflow_id, j.workflow_started_at, j.outcome, j.parent_id, j.created_at,
@@ -81,9 +82,16 @@ def _job(row: asyncpg.Record) -> Job:
     return Job.model_validate(dict(row))
 
 
-async def set_usage(conn: asyncpg.Connection, job_id: UUID, usage: dict) -> None:
-    """The tokens the job's model calls took (the attempt that finished it)."""
-    await conn.execute("UPDATE memory_jobs SET usage = $2 WHERE id = $1", job_id, usage)
+async def add_usage(pool: asyncpg.Pool, job_id: UUID, usage: Usage) -> None:
+    """Count `usage` (a model call's tokens) on the job, beside what its earlier calls took, in
+    this attempt or one that parked or failed."""
+    if not usage:
+        return
+    async with pool.acquire() as conn:
+        async with conn.transaction():
+            spent = await conn.fetchval("SELECT usage FROM memory_jobs WHERE id = $1 FOR UPDATE", job_id)
+            await conn.execute("UPDATE memory_jobs SET usage = $2 WHERE id = $1", job_id,
+                               merge_usage(spent or {}, usage))
 
 
 async def get(conn: asyncpg.Connection | asyncpg.Pool, job_id: UUID) -> Job | None:
