@@ -40,7 +40,7 @@ from engram.domain import decisions as contract
 from engram.domain.changes import ChangeContext, ModelAttribution
 from engram.domain.control import Frozen
 from engram.domain.errors import EngramError
-from engram.domain.extraction import ExtractedFact, Extraction
+from engram.domain.extraction import ExtractedFact, Extraction, mentioned
 from engram.domain.models import Memory, MemoryDraft
 from engram.domain.text import content_hash, normalize
 from engram.domain.usage import usage_of
@@ -143,7 +143,7 @@ class FactWriter:
         for k, (fact, vector, proposal) in enumerate(zip(todo, vectors, proposals)):
             if k in opposed:
                 proposal = _against_sibling(proposal, todo[opposed[k][0]], holders.get(opposed[k][0]))
-            outcome, holders[k] = await self._apply(source, fact, vector, proposal, mode, extraction, found.secrets,
+            outcome, holders[k] = await self._apply(source, fact, vector, proposal, mode, extraction, found,
                                                     job_id, request_id)
             result.decided[f"{proposal.action} {outcome}"] += 1
         return result
@@ -213,7 +213,7 @@ class FactWriter:
                 proposals[i] = _Proposal("ADD", 0.0, "no decision from the model")
 
     async def _apply(self, source: Memory, fact: ExtractedFact, vectors: dict[str, np.ndarray], p: _Proposal,
-                     mode: str, extraction: ModelAttribution, secrets: list[str], job_id: UUID | None,
+                     mode: str, extraction: ModelAttribution, found: Extraction, job_id: UUID | None,
                      request_id: str | None) -> tuple[str, UUID | None]:
         """Apply one proposal with its decision row, in one transaction: the outcome recorded
         ("already" when another run recorded this fact first), and the live memory that holds
@@ -254,7 +254,7 @@ class FactWriter:
                         except EngramError as err:  # pinned, a person's lock, a newer version...
                             outcome, detail, add = "refused", f"{err.type}: {err.detail}; the fact was added", True
                     if add:
-                        written, held_by = await self._add(conn, source, fact, vectors, extraction, secrets, request_id)
+                        written, held_by = await self._add(conn, source, fact, vectors, extraction, found, request_id)
                         holder = written
                         if held_by:
                             detail = f"{detail + '; ' if detail else ''}the fact is held by memory {held_by} already"
@@ -308,10 +308,11 @@ class FactWriter:
         return None
 
     async def _add(self, conn: asyncpg.Connection, source: Memory, fact: ExtractedFact,
-                   vectors: dict[str, np.ndarray], extraction: ModelAttribution, secrets: list[str],
+                   vectors: dict[str, np.ndarray], extraction: ModelAttribution, found: Extraction,
                    request_id: str | None) -> tuple[UUID, UUID | None]:
-        """Write the fact as a memory of the source's scope: (its id, None), or (the id of the
-        live memory of the scope that holds this content already, that id) with lineage added."""
+        """Write the fact as a memory of the source's scope, with the extraction's entities it
+        mentions: (its id, None), or (the id of the live memory of the scope that holds this
+        content already, that id) with lineage added."""
         draft = MemoryDraft(
             scope=source.scope, content=fact.content, type=fact.type, who=source.who,
             source_type=source.source_type, source_id=source.source_id, session_id=source.session_id,
@@ -326,8 +327,10 @@ class FactWriter:
         await self._spaces.store_text_vectors(conn, memory_id, vectors)
         await store.mark_stale(conn, memory_id)
         await store.note_facts(conn, source.id)
-        if held := _held_in(fact.content, secrets):
+        if held := _held_in(fact.content, found.secrets):
             await store.set_sensitive(conn, memory_id, held)
+        if entities := mentioned(fact.content, found.entities):
+            await store.set_entities(conn, memory_id, [e.model_dump() for e in entities])
         return memory_id, None
 
     async def _open_review(self, conn: asyncpg.Connection, source: Memory, decision_id: int, new_id: UUID,

@@ -70,6 +70,19 @@ async def test_extracted_facts_become_memories_with_lineage(pipeline, fake_llm):
     assert raw_row["kind"] == "raw" and raw_row["extracted"]["decided"] == {"ADD applied": 2}
 
 
+async def test_each_fact_keeps_the_entities_it_mentions(pipeline, fake_llm):
+    berlin = {"source": "User", "relationship": "lives_in", "target": "Berlin", "confidence": 0.9}
+    acme = {"source": "User", "relationship": "works_at", "target": "Acme", "confidence": 0.8}
+    fake_llm.script(FakeReply.json({"facts": [{"content": c, "type": "fact", "confidence": 0.9}
+                                              for c in ("User lives in Berlin", "User works at ACME")],
+                                    "entities": [berlin, acme], "category": None, "tags": []}))
+    raw = await pipeline.remember("I live in Berlin and work at Acme", mode="sync")
+    await pipeline.wait_job(raw["job_id"], "done")
+    kept = {f["content"]: (await pipeline.get(f"/api/memory/{f['id']}")).json()["entities"]
+            for f in await facts_of(pipeline, raw["memory_id"])}
+    assert kept == {"User lives in Berlin": [berlin], "User works at ACME": [acme]}
+
+
 async def test_a_move_updates_the_fact_and_keeps_the_old_text_in_history(pipeline, fake_llm):
     paris = await remembered(pipeline, fake_llm, PARIS_TEXT, "User lives in Paris", "User works as a nurse")
     lives = next(f for f in await facts_of(pipeline, paris["memory_id"]) if "Paris" in f["content"])

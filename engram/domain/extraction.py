@@ -55,6 +55,20 @@ class ExtractedEntity(BaseModel):
     confidence: float = Field(ge=0.0, le=1.0)
 
 
+# Names that stand for the user in every fact, so they tie an entity to no fact in particular.
+_GENERIC_NAMES = frozenset({"user", "the user", "i", "me", "my", "we", "us"})
+
+
+def mentioned(text: str, entities: list[ExtractedEntity]) -> list[ExtractedEntity]:
+    """The entities `text` (a fact) names: their source or target, other than the user, as a
+    whole word or phrase, ignoring case. What a fact keeps of its extraction's entities."""
+    def names(name: str) -> bool:
+        name = " ".join(name.split())
+        return (name.lower() not in _GENERIC_NAMES
+                and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text, re.IGNORECASE) is not None)
+    return [e for e in entities if names(e.source) or names(e.target)]
+
+
 class Extraction(BaseModel):
     """One provider's validated answer for one memory. `warnings` lists everything dropped."""
 

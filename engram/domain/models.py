@@ -338,6 +338,8 @@ class Memory(BaseModel):
     manual_override_until: datetime | None = None  # a person's edit locks it against automatic ones until then
     kind: Literal["raw", "fact"] = "raw"  # raw: as remembered; fact: extracted from `derived_from`
     derived_from: list[UUID] = Field(default_factory=list)
+    # A fact's: the (source, relationship, target) links its extraction found that it mentions.
+    entities: list[dict[str, Any]] = Field(default_factory=list)
     # Secrets restored into `content` that no redaction pattern finds (engram.fact_steps): every
     # provider call showing this memory redacts them. Kept out of every answer and hash.
     sensitive: list[str] = Field(default_factory=list, exclude=True)

@@ -80,6 +80,11 @@ async def note_facts(conn: asyncpg.Connection, source_id: UUID) -> None:
                        source_id)
 
 
+async def set_entities(conn: asyncpg.Connection, memory_id: UUID, entities: list[dict]) -> None:
+    """The extraction's entities the fact mentions (its `entities`)."""
+    await conn.execute("UPDATE memories SET entities = $2 WHERE id = $1", memory_id, entities)
+
+
 async def set_sensitive(conn: asyncpg.Connection, memory_id: UUID, secrets: list[str]) -> None:
     """The secrets restored into the memory's content (its `sensitive`)."""
     await conn.execute("UPDATE memories SET sensitive = $2 WHERE id = $1", memory_id, secrets)

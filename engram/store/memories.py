@@ -24,7 +24,8 @@ MEMORY_COLUMNS = """
     m.source_type, m.source_id, m.session_id, m.metadata, m.pinned, m.is_deleted, m.deleted_at,
     m.confidence, m.importance, m.extraction_status, m.extracted, m.access_count, m.last_accessed,
     m.embedding_model, m.extraction_model, m.content_hash, m.created_at, m.updated_at,
-    m.updated_by, m.version, m.status, m.manual_override_until, m.kind, m.derived_from, m.sensitive
+    m.updated_by, m.version, m.status, m.manual_override_until, m.kind, m.derived_from, m.sensitive,
+    m.entities
 """
 
 

@@ -228,6 +228,7 @@ CREATE TABLE memories (
     derived_from uuid[] NOT NULL DEFAULT '{}'::uuid[],
     has_facts boolean NOT NULL DEFAULT false,
     sensitive text[] NOT NULL DEFAULT '{}'::text[],
+    entities jsonb NOT NULL DEFAULT '[]'::jsonb,
     CONSTRAINT memories_check CHECK (((user_id IS NOT NULL) OR (agent_id IS NOT NULL) OR (run_id IS NOT NULL))),
     CONSTRAINT memories_extraction_status_check CHECK ((extraction_status = ANY (ARRAY['pending'::text, 'unprocessed'::text, 'done'::text, 'skipped'::text, 'failed'::text]))),
     CONSTRAINT memories_kind_check CHECK ((kind = ANY (ARRAY['raw'::text, 'fact'::text]))),
