@@ -103,6 +103,11 @@ class FactWriter:
         # against the same facts would otherwise both UPDATE one (the second then adds).
         self._scopes: weakref.WeakValueDictionary[tuple, asyncio.Lock] = weakref.WeakValueDictionary()
 
+    @property
+    def enabled(self) -> bool:
+        """Whether extracted facts are decided at all (WRITE_PIPELINE is not off)."""
+        return self._settings.write_pipeline != "off"
+
     async def write(self, availability: Availability, source: Memory, found: Extraction, *, job_id: UUID | None,
                     request_id: str | None) -> FactsResult:
         """Decide and apply each of `found`'s facts not decided yet. Raises ChainDown, or
@@ -110,7 +115,7 @@ class FactWriter:
         (the job parks); EmbeddingUnavailable. A malformed or refused answer is not raised:
         the facts it left undecided are added, with a warning."""
         mode = self._settings.write_pipeline
-        if mode == "off" or not found.facts:
+        if not self.enabled or not found.facts:
             return FactsResult()
         key = (source.user_id, source.agent_id, source.run_id)
         lock = self._scopes.get(key)

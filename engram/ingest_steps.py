@@ -20,6 +20,7 @@ import asyncpg
 
 from engram.control import Control
 from engram.domain.control import Frozen
+from engram.domain.extraction import Extraction
 from engram.domain.models import Memory
 from engram.domain.usage import usage_of
 from engram.fact_steps import FactWriter, Held
@@ -165,10 +166,16 @@ async def _extract_one(pool: asyncpg.Pool, availability: Availability, control: 
                        job: jobs.Pending, memory: Memory, from_status: str, owner: str | None, retry: Retry,
                        request_id: str, settled: Settled) -> None:
     try:
-        found = await availability.extract(memory.content)
-        await jobs.add_usage(pool, job.id, usage_of(found))  # spent, however this attempt ends
+        if job.extraction is not None:  # an earlier attempt's, whose facts it began to decide
+            found = Extraction.model_validate(job.extraction)
+        else:
+            found = await availability.extract(memory.content)
+            await jobs.add_usage(pool, job.id, usage_of(found))  # spent, however this attempt ends
+            if found.facts and facts.enabled:
+                await jobs.save_extraction(pool, job.id, found.model_dump(mode="json") | {"secrets": found.secrets})
         # The facts become memories (or change the scope's facts) before the job finishes: a
-        # crash between the two runs this again, and the facts decided already are skipped.
+        # crash between the two runs this again, on the same extraction, and the facts decided
+        # already are skipped.
         written = await facts.write(availability, memory, found, job_id=job.id, request_id=request_id)
     except Held as err:
         settled.parked += await _park_outage(pool, [job], from_status, owner, err.why, code=err.code)

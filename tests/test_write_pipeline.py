@@ -276,14 +276,19 @@ async def test_the_kill_switch_stops_decisions_midway_and_they_resume_once_lifte
     assert job["last_error_code"] == "KillSwitch"
     fact = (await facts_of(pipeline, paris["memory_id"]))[0]
     assert fact["content"] == "User lives in Paris" and len(await decisions(pipeline)) == 1
-    fake_llm.script(extraction("User lives in Berlin"))
+    # The resumed attempt decides the facts the first one extracted: the model is not asked for
+    # them again (it might word them otherwise, and they would be decided twice).
+    fake_llm.script(extraction("User now resides in Berlin, Germany"))
     fake_llm.script_decisions(FakeReply.decisions(
         {"action": "UPDATE", "target": 1, "content": "User lives in Berlin", "confidence": 1.0}))
     await pipeline.post("/api/control", {"switch": "kill_switch", "on": False, "reason": "test"})
     done = await pipeline.wait_job(answer["job_id"], "done", timeout_s=60)
     assert (await facts_of(pipeline, paris["memory_id"]))[0]["content"] == "User lives in Berlin"
-    # Both attempts' calls were paid for: two extractions and two decision calls (10 and 10 each).
-    assert done["usage"] == {"ollama/llama3.2:3b": {"calls": 4, "in": 40, "out": 40}}
+    assert [d["fact"] for d in await decisions(pipeline)] == ["User lives in Paris", "User lives in Berlin"]
+    extractions = [r for r in fake_llm.chat_requests() if r not in fake_llm.decision_requests()]
+    assert len(extractions) == 2, "one for each memory: none again on resuming"
+    # Both attempts' calls were paid for: the extraction and two decision calls (10 and 10 each).
+    assert done["usage"] == {"ollama/llama3.2:3b": {"calls": 3, "in": 30, "out": 30}}
 
 
 async def test_a_decision_outage_parks_the_job_and_the_drain_finishes_it(pipeline, fake_llm):

@@ -205,11 +205,19 @@ class Pending:
     extract: bool
     attempt_count: int
     max_attempts: int
+    extraction: dict | None = None  # an earlier attempt's, kept while its facts were decided (save_extraction)
 
 
 def _pending(row: asyncpg.Record) -> Pending:
     return Pending(row["id"], row["memory_id"], row["payload"].get("extract", True), row["attempt_count"],
-                   row["max_attempts"])
+                   row["max_attempts"], row["payload"].get("extraction"))
+
+
+async def save_extraction(pool: asyncpg.Pool, job_id: UUID, extraction: dict) -> None:
+    """Keep the job's extraction before its facts are decided, so an attempt that parks midway
+    resumes on the same facts instead of asking the model again for ones worded otherwise."""
+    await pool.execute("UPDATE memory_jobs SET payload = payload || jsonb_build_object('extraction', $2::jsonb)"
+                       " WHERE id = $1", job_id, extraction)
 
 
 async def of_batch(conn: asyncpg.Connection | asyncpg.Pool, job_ids: list[UUID], *, status: str = "pending"
