@@ -18,7 +18,6 @@ import asyncpg
 from engram.control import Control
 from engram.domain import auth
 from engram.domain.errors import Conflict, Forbidden, NotFound
-from engram.domain.models import Scope
 from engram.domain.reviews import Review, ReviewPage, ResolveRequest
 from engram.domain.text import content_hash, normalize
 from engram.store import reviews
@@ -75,10 +74,9 @@ class Reviews:
             memory = await repo.get(self._pool, doomed)
             if memory is not None and memory.pinned and not principal.may("force_delete"):
                 raise Conflict(f"memory {doomed} is pinned: only an operator may resolve this review by deleting it")
-        scope = _scope(review)
-        await self._control.check(scope)
+        await self._control.check(review.scope)
         if req.resolution == "merge":
-            twin = await repo.find_live_by_hash(self._pool, scope, content_hash(normalize(req.content)), "fact")
+            twin = await repo.find_live_by_hash(self._pool, review.scope, content_hash(normalize(req.content)), "fact")
             if twin is not None and twin not in (review.new.id, review.existing.id):
                 raise Conflict(f"memory {twin} of this scope already holds the merged content")
         await self._runs.resolve(review_id, resolution=req.resolution, actor=principal.id, role=principal.role,
@@ -87,7 +85,7 @@ class Reviews:
 
     async def _visible(self, principal: auth.Principal, review_id: UUID) -> Review:
         review = await reviews.get(self._pool, review_id)
-        if review is None or not principal.may_touch(_scope(review)):
+        if review is None or not principal.may_touch(review.scope):
             raise NotFound(f"no review {review_id}")
         return review
 
@@ -99,7 +97,3 @@ class Reviews:
             if review.status != was or asyncio.get_running_loop().time() > deadline:
                 return review
             await asyncio.sleep(0.1)
-
-
-def _scope(review: Review) -> Scope:
-    return Scope.model_construct(user_id=review.user_id, agent_id=review.agent_id, run_id=review.run_id)

@@ -268,8 +268,12 @@ def same_claim(a: str, b: str) -> bool:
     when one negates and the other does not, or their numbers differ ("allergic" and "not
     allergic" embed at 0.94 cosine with bge-small; "two" and "three children" at 0.91). A
     near-duplicate MERGE needs this to hold as well as the similarity."""
-    return (len(_NEGATION.findall(a)) % 2 == len(_NEGATION.findall(b)) % 2
-            and sorted(_NUMBER.findall(a)) == sorted(_NUMBER.findall(b)))
+    return _negated(a) == _negated(b) and sorted(_NUMBER.findall(a)) == sorted(_NUMBER.findall(b))
+
+
+def _negated(text: str) -> bool:
+    """Whether `text` says "not" an odd number of times ("never does not" says it twice)."""
+    return len(_NEGATION.findall(text)) % 2 == 1
 
 
 # Words that say a claim changed rather than that two claims disagree ("no longer", "moved",
@@ -288,5 +292,4 @@ def opposes(fact: str, target: str, new_content: str | None = None) -> bool:
     "User is no longer allergic to peanuts" is a change. Such a decision is a contradiction,
     for a person to review, never a write."""
     result = new_content if new_content is not None else fact
-    return (len(_NEGATION.findall(result)) % 2 != len(_NEGATION.findall(target)) % 2
-            and _CHANGE.search(fact) is None)
+    return _negated(result) != _negated(target) and _CHANGE.search(fact) is None

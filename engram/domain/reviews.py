@@ -19,7 +19,7 @@ from uuid import UUID
 from pydantic import BaseModel, model_validator
 
 from engram.domain.changes import Reason
-from engram.domain.models import Content, Strict
+from engram.domain.models import Content, Scope, Strict
 
 Resolution = Literal["keep_existing", "replace", "keep_both", "merge"]
 RESOLUTIONS: tuple[str, ...] = ("keep_existing", "replace", "keep_both", "merge", "escalate")
@@ -62,6 +62,11 @@ class Review(BaseModel):
     created_at: datetime
     expires_at: datetime
     resolved_at: datetime | None
+
+    @property
+    def scope(self) -> Scope:
+        """The scope of the two facts under review (its three parts as stored, unchecked)."""
+        return Scope.model_construct(user_id=self.user_id, agent_id=self.agent_id, run_id=self.run_id)
 
 
 class ReviewPage(BaseModel):
