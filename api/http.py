@@ -379,7 +379,7 @@ def create_app(runtime_factory) -> FastAPI:
         return await reviews(request).get(caller, review_id)
 
     @app.post("/api/reviews/{review_id:uuid}/resolve", response_model=Review,
-              responses=_errors(401, 403, 404, 409, 413, 422, 503))
+              responses=_errors(401, 403, 404, 409, 413, 422, 423, 503))
     async def resolve_review(review_id: UUID, body: ResolveRequest, request: Request, caller: Caller, ctx: Context):
         """keep_existing, replace, keep_both, merge (with `content`), or escalate (to an operator).
         Answers once the review's workflow has applied it, or as it stands after 10 s."""

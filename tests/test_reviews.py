@@ -264,3 +264,9 @@ async def test_a_models_change_that_opposes_its_target_with_no_word_of_change_go
     assert last["reason"].startswith(f"the model's {proposal['action']} would set an opposing claim")
     [review] = (await pipeline.get("/api/reviews")).json()["items"]
     assert (review["existing"]["content"], review["new"]["content"]) == (ALLERGIC, NOT_ALLERGIC)
+
+
+async def test_the_schema_documents_a_frozen_scopes_refusal_of_a_resolution(pipeline):
+    schema = (await pipeline.get("/openapi.json")).json()
+    responses = schema["paths"]["/api/reviews/{review_id}/resolve"]["post"]["responses"]
+    assert {"409", "423"} <= set(responses)
