@@ -181,3 +181,18 @@ class ResolveReviewInput(BaseModel):
 class ResolveReviewOutput(BaseModel):
     status: str
     detail: str | None = None
+
+
+class DecideApprovalInput(BaseModel):
+    approval_id: UUID
+    decision: str
+    actor: str
+    role: str
+    reason: str
+    path: str = "http"
+    timed_out: bool = False
+
+
+class DecideApprovalOutput(BaseModel):
+    status: str
+    detail: str | None = None

@@ -223,6 +223,17 @@ def cmd_review(args) -> None:
     _print(_call("POST", f"/api/reviews/{args.review_id}/resolve", json=body))
 
 
+def cmd_pending(args) -> None:
+    if args.pending_command == "list":
+        for a in _call("GET", "/api/memory/approvals", params={"status": args.status})["items"]:
+            m = a["memory"]
+            print(f"{a['id']}  {a['status']:<11}  {m['memory_type']:<10} {m['trust']:<12} by {a['requested_by']}"
+                  f"  {m['content']!r}")
+        return
+    _print(_call("POST", f"/api/memory/approvals/{args.approval_id}/decide",
+                 json={"decision": args.pending_command, "reason": args.reason}))
+
+
 def cmd_verify_receipt(args) -> None:
     receipt = json.loads(Path(args.file).read_text())
     result = _call("POST", "/api/receipts/verify", json=receipt)
@@ -446,6 +457,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reason", required=True)
     p.add_argument("--content", help="the merged text (merge only)")
     p.set_defaults(func=cmd_review)
+
+    pending = sub.add_parser("pending", help="writes waiting for an operator's approval (an UNTRUSTED source's FACT, "
+                                             "any LEARNED)")
+    pending_commands = pending.add_subparsers(dest="pending_command", required=True)
+    p = pending_commands.add_parser("list", help="the approval queue, oldest first")
+    p.add_argument("--status", default="pending",
+                   choices=["pending", "approved", "rejected", "quarantined", "withdrawn"])
+    p.set_defaults(func=cmd_pending)
+    for decision, text in (("approve", "into recall (its facts are then extracted)"),
+                           ("reject", "forget it (soft; an operator may recover it)"),
+                           ("quarantine", "hold it aside, out of recall")):
+        p = pending_commands.add_parser(decision, help=text)
+        p.add_argument("approval_id")
+        p.add_argument("--reason", required=True)
+        p.set_defaults(func=cmd_pending)
 
     control = sub.add_parser("control", help="the operational switches: freeze mutations, the kill switch (operators)")
     control_commands = control.add_subparsers(dest="control_command", required=True)

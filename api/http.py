@@ -33,6 +33,8 @@ from engram.domain.changes import (
     ModifyBatchResponse, Reason, RecoverRequest, RollbackRequest, VerifyReport,
 )
 from engram.domain.control import ControlStatus, SwitchChange
+from engram.domain.approvals import Approval, ApprovalPage, DecideRequest
+from engram.domain.provenance import MemoryType, Trust
 from engram.domain.reviews import ResolveRequest, Review, ReviewPage
 from engram.domain.errors import DatabaseUnavailable, EngramError, RateLimited, VersionConflict
 from engram.domain.forget import (
@@ -108,6 +110,10 @@ def forgets(request: Request):
 
 def reviews(request: Request):
     return request.app.state.runtime.reviews
+
+
+def write_approvals(request: Request):
+    return request.app.state.runtime.approvals
 
 
 OperationId = Annotated[str, Path(pattern=r"^forget-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
@@ -270,18 +276,23 @@ def create_app(runtime_factory) -> FastAPI:
         who: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
         source_type: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
         time: Annotated[str | None, Query(min_length=1, max_length=100)] = None,
+        memory_type: Annotated[list[MemoryType] | None, Query(min_length=1)] = None,
+        trust: Annotated[list[Trust] | None, Query(min_length=1)] = None,
+        min_confidence: Annotated[float | None, Query(ge=0.0, le=1.0)] = None,
         include_deleted: bool = False,
-        status: Literal["active", "superseded", "deleted", "quarantined"] | None = None,
+        include_expired: bool = False,
+        status: Literal["active", "superseded", "deleted", "quarantined", "pending"] | None = None,
         cursor: Annotated[str | None, Query(min_length=1, max_length=500)] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 20,
     ):
         try:
             scope = Scope(user_id=user_id, agent_id=agent_id, run_id=run_id)
-            filters = SearchFilters(kind=kind, type=type, tags=tags, who=who, source_type=source_type, time=time)
+            filters = SearchFilters(kind=kind, type=type, tags=tags, who=who, source_type=source_type, time=time,
+                                    memory_type=memory_type, trust=trust, min_confidence=min_confidence)
         except ValidationError as exc:  # the parameters' models: name them as query parameters
             raise RequestValidationError([{**e, "loc": ("query", *e["loc"])} for e in exc.errors()]) from None
         return await service(request).list(caller, scope, filters, include_deleted=include_deleted,
-                                           cursor=cursor, limit=limit, status=status)
+                                           cursor=cursor, limit=limit, status=status, include_expired=include_expired)
 
     @app.patch("/api/memory/{memory_id:uuid}", response_model=Memory,
                responses=_errors(401, 403, 404, 409, 413, 422, 423, 429, 503))
@@ -384,6 +395,29 @@ def create_app(runtime_factory) -> FastAPI:
         """keep_existing, replace, keep_both, merge (with `content`), or escalate (to an operator).
         Answers once the review's workflow has applied it, or as it stands after 10 s."""
         return await reviews(request).resolve(caller, review_id, body, path=ctx.path)
+
+    @app.get("/api/memory/approvals", response_model=ApprovalPage, responses=_errors(401, 403, 422, 503))
+    async def list_write_approvals(request: Request, caller: Caller,
+                                   status: Literal["pending", "approved", "rejected", "quarantined",
+                                                   "withdrawn"] = "pending",
+                                   limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50):
+        """Writes that waited for approval (a FACT from an UNTRUSTED source, any LEARNED), oldest
+        first: the pending ones, the queue, by default."""
+        return await write_approvals(request).list(caller, status=status, limit=limit)
+
+    @app.get("/api/memory/approvals/{approval_id:uuid}", response_model=Approval,
+             responses=_errors(401, 403, 404, 422, 503))
+    async def get_write_approval(approval_id: UUID, request: Request, caller: Caller):
+        return await write_approvals(request).get(caller, approval_id)
+
+    @app.post("/api/memory/approvals/{approval_id:uuid}/decide", response_model=Approval,
+              responses=_errors(401, 403, 404, 409, 413, 422, 423, 503))
+    async def decide_write_approval(approval_id: UUID, body: DecideRequest, request: Request, caller: Caller,
+                                    ctx: Context):
+        """approve (into recall; its facts are then extracted), reject (forgotten, soft) or
+        quarantine (held aside): an operator's decision, never the writer's own. Answers once the
+        approval's workflow has applied it, or as it stands after 10 s."""
+        return await write_approvals(request).decide(caller, approval_id, body, path=ctx.path)
 
     @app.post("/api/receipts/verify", response_model=ReceiptCheck, responses=_errors(401, 413, 422, 503))
     async def verify_receipt(body: dict[str, Any], request: Request, caller: Caller):

@@ -241,7 +241,8 @@ async def add(body: AddBody, request: Request, caller: Caller, ctx: Context):
         req = RememberRequest(
             content=message.content, scope=scope, who=message.name, metadata={"role": message.role,
                                                                                 **(body.metadata or {})},
-            raw=not body.infer, mode=mode, idempotency_key=_nth(ctx.idempotency_key, index))
+            raw=not body.infer, mode=mode, idempotency_key=_nth(ctx.idempotency_key, index),
+            expires_at=body.expires_at())
         try:
             answer = await _service(request).remember(caller, req, request_id=ctx.request_id, path="mem0")
         except EngramError as exc:
@@ -251,7 +252,7 @@ async def add(body: AddBody, request: Request, caller: Caller, ctx: Context):
         results.append({"id": str(answer.memory_id), "memory": message.content, "event": "NOOP" if duplicate else "ADD",
                         "status": answer.status, "job_id": str(answer.job_id) if answer.job_id else None,
                         "warnings": answer.warnings})
-    pending = any(r["status"] == "queued" for r in results)
+    pending = any(r["status"] in ("queued", "pending_approval") for r in results)
     return {"results": results, "status": "PENDING" if pending else "SUCCEEDED",
             "message": "Memories are stored and still being processed" if pending else "Memories are stored"}
 
@@ -260,7 +261,8 @@ async def add(body: AddBody, request: Request, caller: Caller, ctx: Context):
 async def search(body: SearchBody, request: Request, caller: Caller):
     selection = select(body)
     req = SearchRequest(query=body.query, scope=selection.scope(), filters=selection.filters(),
-                        limit=next((n for n in (body.top_k, body.limit) if n is not None), 10), rerank=body.rerank)
+                        limit=next((n for n in (body.top_k, body.limit) if n is not None), 10), rerank=body.rerank,
+                        include_expired=bool(body.show_expired))
     found = await _service(request).search(caller, req)
     results = [shown(h.memory, h.score) for h in found.results if body.threshold is None or h.score >= body.threshold]
     if body.fields:
@@ -280,7 +282,7 @@ async def get_all(body: GetAllBody, request: Request, caller: Caller,
     skip, window, seen, more, cursor = (page - 1) * page_size, [], 0, False, None
     while not more:
         batch = await _service(request).list(caller, scope, filters, include_deleted=False, cursor=cursor,
-                                             limit=MAX_LIMIT)
+                                             limit=MAX_LIMIT, include_expired=bool(body.show_expired))
         for memory in batch.items:
             if seen >= skip + page_size:
                 more = True

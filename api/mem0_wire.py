@@ -11,6 +11,7 @@ from typing import Any
 from uuid import UUID
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_validator
+from pydantic import ValidationError as PydanticValidationError
 
 from engram.domain.changes import MAX_MODIFY_BATCH, MemoryHistory, Reason
 from engram.domain.errors import ValidationFailed
@@ -51,9 +52,16 @@ class Message(Strict):
     name: Label | None = None
 
 
+def _refusing(data: Any, name: str, why: str) -> Any:
+    """A body's data, unless it carries `name`: then ValueError, saying `why`."""
+    if isinstance(data, dict) and name in data:
+        raise ValueError(f"{name}: {why}")
+    return data
+
+
 class _Timeless(Strict):
-    """A body that may carry mem0's time fields: `expiration_date: null` already holds (nothing
-    expires in Engram); any other expiry, or a timestamp, is refused."""
+    """A body that may carry mem0's time fields: `expiration_date: null` already holds (a
+    change never moves a memory's expiry in Engram); any other expiry, or a timestamp, is refused."""
 
     @model_validator(mode="before")
     @classmethod
@@ -67,26 +75,35 @@ class _Timeless(Strict):
         return data
 
 
-class AddBody(_Entities, _Timeless):
+class AddBody(_Entities):
     messages: list[Message] = Field(min_length=1, max_length=100)
     metadata: Metadata | None = None
     infer: StrictBool = True
     async_mode: StrictBool | None = None  # absent: Engram's `auto` mode
+    # "YYYY-MM-DD": the memories expire after that day (UTC); absent or null: their type's lifetime.
+    expiration_date: date | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_timestamp(cls, data: Any) -> Any:
+        return _refusing(data, "timestamp", "a memory's created_at is when Engram stored it")
+
+    def expires_at(self) -> datetime | None:
+        if self.expiration_date is None:
+            return None
+        return datetime.combine(self.expiration_date + timedelta(days=1), datetime.min.time(), timezone.utc)
 
 
 class _Read(_Entities):
     categories: list[Tag] | None = Field(default=None, max_length=64)
-    # Nothing expires in Engram and nothing is marked superseded yet (the status is reserved for
-    # the semantic pipeline), so these hold whatever they are set to.
-    show_expired: StrictBool | None = None
+    show_expired: StrictBool | None = None  # true: memories past their lifetime too
+    # Nothing is marked superseded yet (the status is reserved), so this holds whatever it is set to.
     latest_only: StrictBool | None = None
 
     @model_validator(mode="before")
     @classmethod
     def _refuse_metadata(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "metadata" in data:
-            raise ValueError("metadata: filtering on metadata is not supported")
-        return data
+        return _refusing(data, "metadata", "filtering on metadata is not supported")
 
 
 class SearchBody(_Read):
@@ -146,6 +163,8 @@ class _Selection:
     tags: list[str] | None = None
     start: datetime | None = None
     end: datetime | None = None
+    trust: list[str] | None = None
+    min_confidence: float | None = None
 
     def part(self, name: str, value: Any, where: str) -> None:
         if isinstance(value, dict) and set(value) == {"eq"}:
@@ -170,6 +189,10 @@ class _Selection:
                 raise ValidationFailed(f"{at}: {APP_ID_REFUSED}")
             elif key == "categories":
                 self.tags = _categories(value, at)
+            elif key == "trust":
+                self.trust = _categories(value, at)
+            elif key == "confidence":
+                self.min_confidence = _minimum(value, at)
             elif key == "created_at":
                 if not isinstance(value, dict) or not value:
                     raise ValidationFailed(f"{at}: an object of gte, gt, lte and lt bounds")
@@ -177,7 +200,7 @@ class _Selection:
                     self.bound(op, when, f"{at}.{op}")
             else:
                 raise ValidationFailed(f"{at}: not supported by Engram's mem0-compatible API (filters take user_id, "
-                                       "agent_id, run_id, AND, categories and created_at)")
+                                       "agent_id, run_id, AND, categories, created_at, trust and confidence)")
 
     def bound(self, op: str, text: Any, where: str) -> None:
         """Narrow [start, end) by `created_at <op> text`."""
@@ -198,7 +221,20 @@ class _Selection:
 
     def filters(self) -> SearchFilters:
         span = TimeRange(start=self.start, end=self.end) if self.start or self.end else None
-        return SearchFilters(tags=self.tags, time_range=span)
+        try:
+            return SearchFilters(tags=self.tags, time_range=span, trust=self.trust, min_confidence=self.min_confidence)
+        except PydanticValidationError as err:
+            raise ValidationFailed("filters: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                                                           for e in err.errors())) from None
+
+
+def _minimum(value: Any, where: str) -> float:
+    """`{"gte": x}` (or a bare number): at least x."""
+    if isinstance(value, dict) and set(value) == {"gte"}:
+        value = value["gte"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ValidationFailed(f"{where}: a number from 0 to 1, or {{'gte': number}}")
+    return float(value)
 
 
 def _categories(value: Any, where: str) -> list[str]:
@@ -248,7 +284,8 @@ def shown(m: Memory, score: float | None = None) -> dict[str, Any]:
     """A memory as mem0's platform shows one; `categories` are its tags."""
     shown = {"id": str(m.id), "memory": m.content, "user_id": m.user_id, "agent_id": m.agent_id, "run_id": m.run_id,
              "app_id": None, "metadata": m.metadata, "categories": m.tags, "hash": m.content_hash,
-             "expiration_date": None, "created_at": m.created_at.isoformat(), "updated_at": m.updated_at.isoformat()}
+             "expiration_date": m.expires_at.date().isoformat() if m.expires_at else None,
+             "trust": m.trust, "confidence": m.confidence, "memory_type": m.memory_type, "created_at": m.created_at.isoformat(), "updated_at": m.updated_at.isoformat()}
     if score is not None:
         shown["score"] = score
     return shown

@@ -45,6 +45,7 @@ from engram.store import facts, history, idempotency
 from engram.store import memories as repo
 
 BATCH_KEY_MEMORY = UUID(int=0)  # what a batch's idempotency key is bound to: no one memory
+APPROVAL_EVENTS = ("APPROVE", "REJECT", "QUARANTINE")  # a person's decision on a write that waits for one
 
 
 class ManualOverride(Conflict):
@@ -205,6 +206,14 @@ class MemoryChanges:
         change = _Change(event, reason, fields, if_version, vectors, by_model=True)
         return await self._apply(conn, auth.PIPELINE, memory_id, change, ctx)
 
+    async def decide_approval_in(self, conn: asyncpg.Connection, principal: auth.Principal, memory_id: UUID,
+                                 event: str, *, reason: str, ctx: ChangeContext) -> Memory:
+        """An APPROVE (into recall), REJECT (soft-deleted) or QUARANTINE (held aside) of a memory
+        waiting for approval, in the caller's transaction (engram.approval_steps). Raises
+        Conflict (it no longer waits), NotFound, Frozen."""
+        assert event in APPROVAL_EVENTS
+        return await self._apply(conn, principal, memory_id, _Change(event, reason, {}), ctx)
+
     async def update_in(self, conn: asyncpg.Connection, principal: auth.Principal, memory_id: UUID, *, content: str,
                         vectors: dict[str, np.ndarray] | None, reason: str, ctx: ChangeContext) -> Memory:
         """A new content (embedded as `vectors`) in the caller's transaction, as `modify` makes
@@ -314,6 +323,10 @@ class MemoryChanges:
         if event == "RECOVER":
             if not row["is_deleted"]:
                 raise Conflict(f"memory {memory_id} is not deleted")
+            if row["approval"] in ("pending", "rejected") and not principal.may("approve"):
+                # Else recovering it would get round the approval it waited for, or was refused.
+                raise Forbidden(f"memory {memory_id} was {row['approval']} approval when it was deleted: only an "
+                                "operator may recover it")
             window = timedelta(days=self._settings.tombstone_days)
             if row["deleted_at"] is not None and row["deleted_at"] + window < now:
                 raise Gone(f"memory {memory_id} was deleted at {row['deleted_at'].isoformat()}, more than "
@@ -323,10 +336,17 @@ class MemoryChanges:
             if row["status"] != "quarantined":
                 raise Conflict(f"memory {memory_id} is not quarantined")
             return
+        if event in APPROVAL_EVENTS:
+            if row["status"] != "pending":
+                raise Conflict(f"memory {memory_id} does not wait for approval (it is {row['status']})")
+            return
         if row["is_deleted"]:
             if event == "DELETE":
                 return  # already so; _differs stops it
             raise Conflict(f"memory {memory_id} is deleted: recover it first")
+        if row["status"] == "pending" and event != "DELETE":
+            raise Conflict(f"memory {memory_id} waits for an operator's approval: it cannot change before (forget it "
+                           "and remember it again)")
         if row["status"] == "quarantined" and event != "ROLLBACK":
             raise Conflict(f"memory {memory_id} is quarantined (its row did not match its history): an operator "
                            "rolls it back or confirms it first")
@@ -349,6 +369,12 @@ class MemoryChanges:
             return {} if row["is_deleted"] else {"is_deleted": True, "deleted_at": now, "status": "deleted"}
         if change.event == "RECOVER":
             return {"is_deleted": False, "deleted_at": None, "status": "active"}
+        if change.event == "APPROVE":
+            return {"status": "active", "approval": "approved"}
+        if change.event == "REJECT":
+            return {"is_deleted": True, "deleted_at": now, "status": "deleted", "approval": "rejected"}
+        if change.event == "QUARANTINE":
+            return {"status": "quarantined", "approval": "quarantined"}
         if change.event == "CONFIRM":  # the row as found becomes a version: what is derived from it follows
             normalized = normalize(row["content"])
             return {"status": "active", "normalized_content": normalized, "content_hash": content_hash(normalized)}
@@ -367,9 +393,9 @@ class MemoryChanges:
         scope = _scope(row)
         stemmer = self._settings.bm25_stemmer
         delta = repo.StatsDelta()
-        if change.event in ("DELETE", "RECOVER") and "is_deleted" in sets:
+        if change.event in ("DELETE", "REJECT", "RECOVER") and "is_deleted" in sets:
             tf = await store.postings(conn, row["id"])
-            (delta.remove if change.event == "DELETE" else delta.add)(scope, tf, row["token_count"])
+            (delta.add if change.event == "RECOVER" else delta.remove)(scope, tf, row["token_count"])
         elif change.event == "CONFIRM":
             await self._derive_again(conn, row, sets, delta)
         elif "content" in sets:
@@ -417,7 +443,7 @@ class MemoryChanges:
             event=change.event, version=after["version"], state=chain.state_of(after), actor_type=principal.role,
             actor_id=principal.id, path=ctx.path, reason=change.reason, request_id=ctx.request_id,
             session_id=before["session_id"],
-            old_content=before["content"] if content_changed or change.event == "DELETE" else None,
+            old_content=before["content"] if content_changed or change.event in ("DELETE", "REJECT") else None,
             new_content=after["content"] if content_changed else None,
             old_metadata={name: _jsonable(before[name]) for name in changed} or None,
             new_metadata=({name: _jsonable(after[name]) for name in changed} | (change.note or {})) or None,

@@ -37,6 +37,7 @@ import numpy as np
 from engram.changes import MemoryChanges
 from engram.control import Control
 from engram.domain import decisions as contract
+from engram.domain import provenance
 from engram.domain.changes import ChangeContext, ModelAttribution
 from engram.domain.control import Frozen
 from engram.domain.errors import EngramError
@@ -55,6 +56,7 @@ from engram.store import memories as repo
 
 log = logging.getLogger(__name__)
 PIPELINE_ACTOR = "system:pipeline"
+PASSING = ("PATTERN", "CONTEXT", "LEARNED", "STATE")  # a source of these types gives its facts its lifetime
 PATH = "system:pipeline"
 MAX_SHOWN = 20  # memories one decision call may show, whatever the number of facts
 
@@ -229,6 +231,10 @@ class FactWriter:
             p = replace(p, action="CONTRADICT", content=None,
                         reason=f"the model's {p.action} would set an opposing claim over the memory, with no word of "
                                f"change: kept both for review ({p.reason})")
+        if p.action in ("UPDATE", "DELETE") and provenance.lowest(source.trust, p.target.trust) != p.target.trust:
+            p = replace(p, action="CONTRADICT", content=None,
+                        reason=f"the model's {p.action} would let a {source.trust} source change a {p.target.trust} "
+                               f"memory: kept both for review ({p.reason})")
         step = contract.plan(p.action, p.confidence, mode, thresholds)
         new_vectors = None
         if step.act == "UPDATE":  # embedded before any lock is taken
@@ -318,10 +324,15 @@ class FactWriter:
         """Write the fact as a memory of the source's scope, with the extraction's entities it
         mentions: (its id, None), or (the id of the live memory of the scope that holds this
         content already, that id) with lineage added."""
+        # Provenance follows the source: its trust (and an UNTRUSTED one's cap), its origin and
+        # lifetime, its agents and the pipeline; its passing type, else the fact's own.
         draft = MemoryDraft(
             scope=source.scope, content=fact.content, type=fact.type, who=source.who,
             source_type=source.source_type, source_id=source.source_id, session_id=source.session_id,
-            kind="fact", derived_from=[source.id], confidence=fact.confidence)
+            kind="fact", derived_from=[source.id], confidence=provenance.capped(fact.confidence, source.trust),
+            trust=source.trust, expires_at=source.expires_at, origin=source.origin,
+            memory_type=source.memory_type if source.memory_type in PASSING else provenance.type_of(fact.type),
+            agent_chain=[*source.agent_chain, PIPELINE_ACTOR])
         memory_id = uuid4()
         if not await repo.insert_raw(conn, draft, memory_id=memory_id, actor=PIPELINE_ACTOR,
                                      stemmer=self._settings.bm25_stemmer, extraction_status="skipped",

@@ -33,6 +33,7 @@ from engram.store import memories as repo
 log = logging.getLogger(__name__)
 PIPELINE_ACTOR = "system:pipeline"
 KILL_SWITCH = "the kill switch is on: autonomous mutations wait (engram control kill-switch off)"
+AWAITING_APPROVAL = "its memory waits for an operator's approval: no model sees it before (engram approval list)"
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,9 @@ async def _settle(pool: asyncpg.Pool, availability: Availability, control: Contr
         done = await _complete_skipped(pool, skip, from_status, owner)
         settled.done += done
     wanted = [j for j in pending if j.extract and availability.chain]
+    if held := [j for j in wanted if j.awaits_approval]:  # the approval releases them to the drain
+        settled.parked += await _park_outage(pool, held, from_status, owner, AWAITING_APPROVAL, code="AwaitingApproval")
+        wanted = [j for j in wanted if not j.awaits_approval]
     if not wanted:
         return settled
     if why := await availability.chain_down():

@@ -11,22 +11,23 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Callable, Protocol
 from uuid import UUID
 
 import asyncpg
 from pydantic import ValidationError as PydanticValidationError
 
-from engram.domain import auth
+from engram.domain import auth, provenance
 from engram.domain.changes import NO_MODEL, ModelAttribution
 from engram.domain.errors import (
     Conflict, DatabaseUnavailable, EngramError, NotFound, Unauthenticated, ValidationFailed,
 )
-from engram.domain.filters import Filters, resolve
+from engram.domain.filters import resolve
 from engram.domain.models import (
-    MAX_PIPELINE_TIMEOUT_MS, ApiKey, ItemError, Job, Memory, MemoryPage, RememberBatchResponse, RememberItem,
-    RememberItemResult, RememberRequest, RememberResponse, Scope, SearchFilters, SearchRequest, SearchResponse,
+    MAX_PIPELINE_TIMEOUT_MS, ApiKey, ItemError, Job, Memory, MemoryDraft, MemoryPage, RememberBatchResponse,
+    RememberItem, RememberItemResult, RememberRequest, RememberResponse, Scope, SearchFilters, SearchRequest,
+    SearchResponse,
 )
 from engram.domain.text import content_hash, normalize
 from engram.inference.availability import Availability
@@ -34,7 +35,7 @@ from engram.control import Control
 from engram.integrity import Integrity
 from engram.recall.pipeline import Recall, RecallOptions
 from engram.settings import Settings
-from engram.store import idempotency, jobs, keys
+from engram.store import approvals, idempotency, jobs, keys
 from engram.store import pool as pool_module
 from engram.store import memories as repo
 
@@ -74,6 +75,7 @@ class _Written:
     memory_id: UUID
     job_id: UUID | None
     duplicate: bool
+    approval_id: UUID | None = None  # it waits for this approval (engram.approvals)
 
 
 class MemoryService:
@@ -87,7 +89,7 @@ class MemoryService:
         self._availability = availability
         self._integrity = integrity
         self._control = control
-        self._clock = clock
+        self.clock = clock  # what "now" is for lifetimes and time phrases; tests move it
         self._background: set[asyncio.Task] = set()
         self._queue_state = (float("-inf"), (0, 0.0))  # (when read, (jobs waiting for a batch, oldest's wait))
         self._principals: dict[str, tuple[float, auth.Principal]] = {}  # key hash -> (valid until, principal)
@@ -192,6 +194,8 @@ class MemoryService:
         if written.duplicate:
             answer = await self._answer_for_existing(written.memory_id,
                                                      [DUPLICATE])
+        elif written.approval_id is not None:
+            answer = _pending_answer(written)
         else:
             answer = await self._answer(written, req, down, timeout_ms / 1000)
         if req.idempotency_key:
@@ -262,6 +266,8 @@ class MemoryService:
         if written.duplicate:
             answer = await self._answer_for_existing(
                 written.memory_id, [DUPLICATE], conn)
+        elif written.approval_id is not None:
+            answer = _pending_answer(written)
         else:
             status = "raw_saved" if down is not None and not req.raw else "queued"
             answer = RememberResponse(memory_id=written.memory_id, job_id=written.job_id, status=status)
@@ -283,18 +289,61 @@ class MemoryService:
         )
         if not claimed:  # another request holds this idempotency key: answer as it did
             return await self._replay(conn, principal, req.idempotency_key, request_hash)
-        if await repo.insert_raw(conn, req.draft(), memory_id=memory_id, actor=principal.id,
+        now = self.clock()
+        draft = self._draft(principal, req, now)
+        if await repo.insert_raw(conn, draft, memory_id=memory_id, actor=principal.id,
                                  stemmer=self._settings.bm25_stemmer,
                                  extraction_status="unprocessed" if raw_saved else "pending", request_id=request_id,
                                  stats=stats, actor_type=principal.role, path=path, model=model):
+            payload = {"extract": not req.raw}
+            approval_id = None
+            if draft.approval == "pending":
+                why = provenance.needs_approval(draft.memory_type, draft.trust)
+                approval_id = uuid.uuid4()
+                payload["approval"] = str(approval_id)  # its extraction waits for the approval
+                expires_at = now + timedelta(seconds=self._settings.write_approval_ttl_s)
+                await approvals.insert(conn, approval_id, memory_id=memory_id, scope=req.scope, reason=why,
+                                       requested_by=principal.id, expires_at=expires_at)
+                await jobs.insert(conn, job_id=approval_id, memory_id=memory_id, job_type="approval", max_attempts=1,
+                                  payload={"approval_id": str(approval_id), "expires_at": expires_at.isoformat(),
+                                           "requested_by": principal.id})
             await jobs.insert(conn, job_id=job_id, memory_id=memory_id, job_type="extract",
-                              max_attempts=self._settings.extraction_max_attempts, payload={"extract": not req.raw},
+                              max_attempts=self._settings.extraction_max_attempts, payload=payload,
                               parent_id=parent_id, outcome="raw_saved" if raw_saved else None)
-            return _Written(memory_id, job_id, duplicate=False)
+            if draft.session_id is not None and self._settings.trust_and_lifetimes:
+                await repo.end_other_sessions(conn, req.scope, draft.session_id, now)
+            return _Written(memory_id, job_id, duplicate=False, approval_id=approval_id)
         existing = await repo.find_live_by_hash(conn, req.scope, content_hash(normalize(req.content)))
         if req.idempotency_key:
             await idempotency.rebind(conn, principal.id, req.idempotency_key, existing)
         return _Written(existing, None, duplicate=True)
+
+    def _draft(self, principal: auth.Principal, req: RememberItem, now: datetime) -> MemoryDraft:
+        """The memory to store: the request with its provenance, type, lifetime and whether it
+        waits for approval (engram.domain.provenance). Raises ValidationFailed for an
+        `expires_at` that has passed."""
+        s = self._settings
+        memory_type = req.memory_type or provenance.type_of(req.type)
+        if req.expires_at is not None and req.expires_at <= now:
+            raise ValidationFailed(f"expires_at: {req.expires_at.isoformat()} has passed")
+        trust, expires_at, approval = "TRUSTED", req.expires_at, None
+        if s.trust_and_lifetimes:
+            trust = provenance.classify(req.source_type, s.trust_sources, s.trust_default)
+            if req.origin is not None:
+                trust = provenance.lowest(trust, provenance.classify(req.origin.source_type, s.trust_sources,
+                                                                     s.trust_default))
+            expires_at = expires_at or s.lifetimes.expires_at(memory_type, now)
+            approval = "pending" if provenance.needs_approval(memory_type, trust) else None
+        agent_chain = list(req.agent_chain)
+        if agent_chain[-1:] != [principal.id]:
+            agent_chain.append(principal.id)  # the last hop: the key that wrote it
+        return MemoryDraft(
+            scope=req.scope, content=req.content, type=req.type, tags=req.tags, who=req.who,
+            source_type=req.source_type, source_id=req.source_id, session_id=req.session_id, metadata=req.metadata,
+            pinned=req.pinned, importance=req.importance, confidence=provenance.capped(req.confidence, trust),
+            trust=trust, memory_type=memory_type, expires_at=expires_at,
+            agent_chain=agent_chain,
+            origin=req.origin.model_dump() if req.origin is not None else None, approval=approval)
 
     async def _replay(self, conn: asyncpg.Connection, principal: auth.Principal, key: str, request_hash: str
                       ) -> RememberResponse:
@@ -357,7 +406,8 @@ class MemoryService:
         rerank = s.rerank_default if req.rerank is None else req.rerank
         if rerank and not self._recall.can_rerank:
             raise ValidationFailed("rerank is off on this server (ENGRAM_RERANK_MODEL=none)")
-        filters = self._filters(principal, req.filters, req.include_deleted)
+        filters = resolve(req.filters, principal.visibility, include_deleted=req.include_deleted,
+                          include_expired=req.include_expired, now=self.clock())
         hits, warnings, explain = await self._recall.search(
             req.query, req.scope, filters, RecallOptions(limit=req.limit, rerank=rerank, rerank_top_n=top_n))
         started = time.perf_counter()
@@ -367,9 +417,6 @@ class MemoryService:
         if hits:
             self._spawn(repo.bump_access(self._pool, [h.memory.id for h in hits]))
         return SearchResponse(results=hits, warnings=warnings, explain=explain.stages if req.explain else None)
-
-    def _filters(self, principal: auth.Principal, asked: SearchFilters, include_deleted: bool) -> Filters:
-        return resolve(asked, principal.visibility, include_deleted=include_deleted, now=self._clock())
 
     @_speaks_domain_errors
     async def get(self, principal: auth.Principal, memory_id: UUID) -> Memory:
@@ -384,12 +431,15 @@ class MemoryService:
 
     @_speaks_domain_errors
     async def list(self, principal: auth.Principal, scope: Scope, f: SearchFilters, *, include_deleted: bool,
-                   cursor: str | None, limit: int, status: str | None = None) -> MemoryPage:
+                   cursor: str | None, limit: int, status: str | None = None,
+                   include_expired: bool = False) -> MemoryPage:
         """The memories in `scope` that the caller may see, newest first, a page of `limit`; of
-        one `status` if given (else live ones, deleted ones too with `include_deleted`)."""
+        one `status` if given (else live ones, deleted ones too with `include_deleted`); past
+        their lifetime only with `include_expired`."""
         principal.require("read", scope)
         after = _decode_cursor(cursor) if cursor else None
-        filters = resolve(f, principal.visibility, include_deleted=include_deleted, now=self._clock(), status=status)
+        filters = resolve(f, principal.visibility, include_deleted=include_deleted, now=self.clock(), status=status,
+                          include_expired=include_expired)
         items = await repo.list_page(self._pool, scope, filters, after=after, limit=limit)
         next_cursor = _encode_cursor(items[-1]) if len(items) == limit else None
         if quarantined := await self._integrity.check([m.id for m in items]):
@@ -426,6 +476,13 @@ class MemoryService:
         """Let off-the-hot-path work (access counts, async starts) finish."""
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
+
+
+def _pending_answer(written: _Written) -> RememberResponse:
+    return RememberResponse(memory_id=written.memory_id, status="pending_approval", job_id=written.job_id,
+                            approval_id=written.approval_id, warnings=[
+                                "approval_required: stored, and out of recall until an operator approves it "
+                                f"(approval {written.approval_id})"])
 
 
 def _scope_of(memory: Memory) -> Scope:

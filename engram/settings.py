@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from engram.domain.models import MAX_PIPELINE_TIMEOUT_MS, MAX_RERANK_TOP_N
+from engram.domain.provenance import DEFAULT_SOURCES, DEFAULT_TRUST, Lifetimes, Trust
 
 ProviderName = Literal["ollama", "openai", "local", "none"]
 LOCAL_LLM_TIMEOUT_S = 120.0
@@ -129,6 +130,22 @@ class Settings(BaseSettings):
     # A contradiction (opposing facts) waits this long for a person, then the default applies.
     review_ttl_s: float = Field(default=7 * 86_400, gt=0)
     review_default: Literal["keep_both", "keep_existing", "replace"] = "keep_both"
+    # Provenance (engram.domain.provenance). A write's trust is its source type's class in
+    # trust_sources (JSON; it replaces the default table), else trust_default; a relayed one's
+    # (origin) the lower of the two. PATTERN, CONTEXT and LEARNED memories expire after their
+    # lifetime, a STATE when its scope's next session begins or after lifetime_state_s. A FACT
+    # from an UNTRUSTED source, and any LEARNED, wait as pending until an operator approves,
+    # rejects or quarantines them; after write_approval_ttl_s, write_approval_timeout applies.
+    # trust_and_lifetimes=false: every write TRUSTED, permanent and unreviewed (as before them).
+    trust_and_lifetimes: bool = True
+    trust_sources: dict[str, Trust] = Field(default_factory=lambda: dict(DEFAULT_SOURCES))
+    trust_default: Trust = DEFAULT_TRUST
+    lifetime_pattern_s: float = Field(default=90 * 86_400, gt=0)
+    lifetime_context_s: float = Field(default=86_400, gt=0)
+    lifetime_learned_s: float = Field(default=30 * 86_400, gt=0)
+    lifetime_state_s: float = Field(default=86_400, gt=0)
+    write_approval_ttl_s: float = Field(default=7 * 86_400, gt=0)
+    write_approval_timeout: Literal["reject", "quarantine"] = "reject"
     # Search ranks a raw memory below the facts taken from it: its score is multiplied by this
     # while it has a live fact (1: no preference).
     rank_raw_with_facts: float = Field(default=0.9, ge=0.0, le=1.0)
@@ -213,6 +230,11 @@ class Settings(BaseSettings):
 
     # Security baseline.
     dev_api_key: str = ""
+
+    @property
+    def lifetimes(self) -> Lifetimes:
+        return Lifetimes(pattern=self.lifetime_pattern_s, context=self.lifetime_context_s,
+                         learned=self.lifetime_learned_s, state=self.lifetime_state_s)
 
     @model_validator(mode="after")
     def _local_defaults(self) -> "Settings":

@@ -356,7 +356,6 @@ async def test_unsupported_options_are_refused_by_name_and_store_nothing(client,
     (memory_id,) = await add_raw(client, "I prefer window seats", user_id="alice")
     refusals = [
         (lambda: client.add("from an app", app_id="my-app"), "app_id"),
-        (lambda: client.add("expiring", user_id="alice", expiration_date="2030-01-01"), "expiration_date"),
         (lambda: client.search("seats", filters={"OR": [{"user_id": "alice"}, {"user_id": "bob"}]}), "OR"),
         (lambda: client.search("seats", filters={"agent_id": "x"}, metadata={"k": "v"}), "metadata"),
         (lambda: client.update(memory_id, expiration_date="2030-01-01"), "expiration_date"),

@@ -98,7 +98,7 @@ async def test_filters_on_type_tags_who_and_source(app):
     a = await app.remember("Prefers window seats on flights", scope=scope, type="preference", tags=["travel"],
                            who="user", source_type="chat", mode="sync")
     b = await app.remember("Booked a flight to Oslo", scope=scope, type="event", tags=["travel", "oslo"],
-                           who="agent", source_type="email", mode="sync")
+                           who="agent", source_type="calendar", mode="sync")
     for filters, expected in [({"type": "preference"}, [a]), ({"tags": ["oslo"]}, [b]), ({"who": "agent"}, [b]),
                               ({"source_type": "chat"}, [a]), ({"tags": ["travel"]}, [a, b])]:
         hits = await app.search("flight", scope=scope, filters=filters)

@@ -44,6 +44,7 @@ from workflows.ingest import IngestWorkflow
 from workflows.models import DrainInput, IngestInput, RememberInput
 from workflows.reembed import ReembedWorkflow
 from workflows.remember import RememberWorkflow
+from workflows.approval import ApprovalWorkflow
 from workflows.review import ReviewWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -220,6 +221,6 @@ def record_history(history: WorkflowHistory, name: str) -> None:
 async def test_recorded_histories_replay_deterministically(path):
     history = WorkflowHistory.from_json(path.stem, path.read_text())
     replayer = Replayer(workflows=[RememberWorkflow, ReembedWorkflow, IngestWorkflow, ExtractionDrainWorkflow,
-                                   BatchForgetWorkflow, ControlWorkflow, ReviewWorkflow],
+                                   BatchForgetWorkflow, ControlWorkflow, ReviewWorkflow, ApprovalWorkflow],
                         data_converter=pydantic_data_converter)
     await replayer.replay_workflow(history)

@@ -31,6 +31,7 @@ from activities.forget import ForgetActivities
 from activities.ingest import IndexActivities, IngestActivities
 from activities.reembed import ReembedActivities
 from activities.remember import RememberActivities
+from activities.approval import ApprovalActivities
 from activities.review import ReviewActivities
 from engram import lexical_steps
 from engram.domain.errors import ConfigError
@@ -49,11 +50,13 @@ from engram.fact_steps import FactWriter
 from engram.control import Control
 from engram.forget import BatchForgets
 from engram.integrity import Integrity
+from engram.approvals import Approvals
 from engram.reviews import Reviews
 from engram.service import MemoryService
 from engram.settings import Settings
 from engram.store import embeddings, facts, jobs, keys, lexical_index, provider_health
 from engram.store import pool as pool_module
+from engram.store import approvals as approvals_store
 from engram.store.notifications import FirstPassWaiter, listen_forever
 from worker.index_maintenance import IndexOptimizer
 from worker.chain_sealer import ChainSealer
@@ -63,6 +66,7 @@ from worker.startup import analyzer_of
 from worker.temporal_control import TemporalControlRuns
 from worker.temporal_forget import TemporalForgetRuns
 from worker.temporal_pipeline import TemporalPipeline, index_queue, job_llm_s
+from worker.temporal_approval import TemporalApprovalRuns
 from worker.temporal_review import TemporalReviewRuns
 from workflows.control import ControlWorkflow
 from workflows.drain import ExtractionDrainWorkflow
@@ -70,6 +74,7 @@ from workflows.forget import BatchForgetWorkflow
 from workflows.ingest import IngestWorkflow
 from workflows.reembed import ReembedWorkflow
 from workflows.remember import RememberWorkflow
+from workflows.approval import ApprovalWorkflow
 from workflows.review import ReviewWorkflow
 
 log = logging.getLogger(__name__)
@@ -116,6 +121,7 @@ class Runtime:
     forgets: BatchForgets
     control: Control
     reviews: Reviews
+    approvals: Approvals
     roles: frozenset[str] = ROLES
     lexical: VectorIndex | None = None  # the sparse BM25 index, where this process reads or writes it
     tasks: list[asyncio.Task] = field(default_factory=list)
@@ -180,8 +186,9 @@ class Runtime:
         changes = MemoryChanges(settings, pool, embedding_spaces, integrity, control)
         forgets = BatchForgets(settings, pool, recall, changes, TemporalForgetRuns(client, settings), control)
         reviews = Reviews(pool, TemporalReviewRuns(client, settings), control)
+        approvals = Approvals(pool, TemporalApprovalRuns(client, settings), control)
         rt = cls(settings, pool, embedding_spaces, providers, client, service, changes, forgets, control, reviews,
-                 roles=roles, lexical=lexical)
+                 approvals, roles=roles, lexical=lexical)
         if "api" in roles:
             rt._start(listen_forever(settings.postgres_dsn, {jobs.FIRST_PASS: waiter.notified,
                                                               keys.REVOKED: service.forget_principals}),
@@ -197,10 +204,11 @@ class Runtime:
             legacy = RememberActivities(pool, embedding_spaces, providers, identity=_identity())
             rt._add_worker(Worker(client, task_queue=settings.temporal_task_queue,
                                   workflows=[IngestWorkflow, ExtractionDrainWorkflow, ReembedWorkflow, RememberWorkflow,
-                                             BatchForgetWorkflow, ControlWorkflow, ReviewWorkflow],
+                                             BatchForgetWorkflow, ControlWorkflow, ReviewWorkflow, ApprovalWorkflow],
                                   activities=ingest.all() + legacy.all() + ForgetActivities(pool, changes, control).all()
                                   + ControlActivities(pool).all()
-                                  + ReviewActivities(pool, changes, embedding_spaces, control).all()))
+                                  + ReviewActivities(pool, changes, embedding_spaces, control).all()
+                                  + ApprovalActivities(pool, changes).all()))
             dispatcher = Dispatcher(TemporalPipeline(client, pool, settings), pool, settings)
             rt._start(dispatcher.run_forever(), "outbox-dispatcher")
             rt._start(ChainSealer(pool, settings).run_forever(), "chain-sealer")
@@ -325,6 +333,7 @@ class Runtime:
                                for k, v in recorded.items() if v.state == "down"},
             "decisions_24h": await facts.decision_counts(self.pool),
             "reviews_waiting": await facts.reviews_waiting(self.pool),
+            "approvals_waiting": await approvals_store.pending_count(self.pool),
         }
 
     async def _check_embedder(self) -> dict:

@@ -19,6 +19,8 @@ from temporalio.service import RPCError
 
 from engram.settings import Settings
 from engram.store import jobs
+from worker.temporal_approval import approval_input
+from workflows.approval import ApprovalWorkflow
 from workflows.drain import ExtractionDrainWorkflow, drain_workflow_id
 from workflows.ingest import IngestWorkflow
 from workflows.models import DrainInput, IngestInput, ReembedInput, ReviewInput
@@ -52,13 +54,17 @@ class TemporalPipeline:
         return True
 
     async def start_job(self, job: jobs.Unstarted) -> bool:
-        """Start the run of a job that has one of its own (a re-embed, a review). False if
+        """Start the run of a job that has one of its own (a re-embed, a review, an approval). False if
         Temporal did not answer."""
         s = self._settings
         if job.job_type == "review":
             expires_at = job.payload.get("expires_at")
             run, arg = ReviewWorkflow.run, review_input(s, UUID(job.payload["review_id"]),
                                                         datetime.fromisoformat(expires_at) if expires_at else None)
+        elif job.job_type == "approval":
+            run, arg = ApprovalWorkflow.run, approval_input(s, UUID(job.payload["approval_id"]),
+                                                            job.payload["requested_by"],
+                                                            datetime.fromisoformat(job.payload["expires_at"]))
         else:
             run = ReembedWorkflow.run
             arg = ReembedInput(job_id=job.id, target=job.payload["target"], batch_size=s.reembed_batch_size,

@@ -164,3 +164,27 @@ class ReviewResult(BaseModel):
     status: str  # resolved or expired
     resolution: str
     detail: str | None = None
+
+
+class ApprovalInput(BaseModel):
+    approval_id: UUID
+    requested_by: str  # who wrote the memory: never its approver
+    ttl_s: float  # then `timeout_decision` applies
+    timeout_decision: Literal["reject", "quarantine"] = "reject"
+
+
+class ApprovalDecision(BaseModel):
+    """The `decide` signal: an operator's decision on a write that waits for one."""
+
+    decision: Literal["approve", "reject", "quarantine"]
+    actor: str  # "key:<uuid>"
+    role: str
+    reason: str
+    path: str = "temporal-ui"
+
+
+class ApprovalResult(BaseModel):
+    status: str  # approved, rejected, quarantined or withdrawn
+    decision: str
+    timed_out: bool
+    detail: str | None = None

@@ -30,12 +30,18 @@ class Filters:
     created_to: datetime | None = None
     include_deleted: bool = False
     # Only memories of this status (a list's filter). None: live ones (deleted ones too with
-    # include_deleted), never quarantined ones.
+    # include_deleted), never quarantined or pending ones.
     status: str | None = None
+    memory_types: list[str] | None = None
+    trust: list[str] | None = None
+    min_confidence: float | None = None
+    # Memories past their lifetime (expires_at at or before `now`) only with include_expired.
+    include_expired: bool = False
+    now: datetime | None = None
 
 
 def resolve(asked: SearchFilters, visible: Visibility, *, include_deleted: bool, now: datetime,
-            status: str | None = None) -> Filters:
+            status: str | None = None, include_expired: bool = False) -> Filters:
     """The filters a caller asked for, within what it may see. A time phrase and a time range
     together mean both (their intersection). Raises ValidationFailed for a phrase it cannot read."""
     start = end = None
@@ -46,4 +52,6 @@ def resolve(asked: SearchFilters, visible: Visibility, *, include_deleted: bool,
         end = min(filter(None, [end, asked.time_range.end]), default=None)
     return Filters(visible=visible, kind=asked.kind, type=asked.type, tags=asked.tags, who=asked.who,
                    source_type=asked.source_type,
-                   created_from=start, created_to=end, include_deleted=include_deleted, status=status)
+                   created_from=start, created_to=end, include_deleted=include_deleted, status=status,
+                   memory_types=asked.memory_type, trust=asked.trust, min_confidence=asked.min_confidence,
+                   include_expired=include_expired, now=now)

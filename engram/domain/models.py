@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from engram.domain.provenance import MemoryType, Trust
 from engram.domain.text import VISIBLE_CHAR, is_blank, unstorable
 
 SCOPE_PARTS = ("user_id", "agent_id", "run_id")
@@ -158,12 +159,36 @@ JsonValue = TypeAliasType("JsonValue", Union[Annotated[dict[WireString, "JsonVal
 Metadata = Annotated[dict[WireString, JsonValue], _KEYS_NUL_FREE, AfterValidator(_metadata)]
 
 
+def _in_utc(when: datetime) -> datetime:
+    try:
+        return when.astimezone(timezone.utc)
+    except OverflowError:
+        raise ValueError(f"{when.isoformat()} is outside the years 1 to 9999 in UTC") from None
+
+
+def _text_only(value: Any) -> Any:
+    if not isinstance(value, (str, datetime)):  # pydantic would read a number as a Unix time
+        raise ValueError("must be an ISO 8601 date-time string with a time zone")
+    return value
+
+
+InstantUTC = Annotated[AwareDatetime, BeforeValidator(_text_only), AfterValidator(_in_utc)]
+
+
 Mode = Literal["auto", "sync", "async"]
-RememberStatus = Literal["processed", "queued", "raw_saved"]
+# pending_approval: stored, out of recall until an operator approves it (engram.approvals).
+RememberStatus = Literal["processed", "queued", "raw_saved", "pending_approval"]
 
 
 Content = Annotated[str, Field(min_length=1, max_length=MAX_CONTENT_CHARS, json_schema_extra=_SHOWS),
                     AfterValidator(_not_blank)]
+
+
+class Origin(Strict):
+    """The original source of a memory relayed by another (an agent passing on a web page)."""
+
+    source_type: ShortLabel
+    source_id: Label | None = None
 
 
 class RememberItem(Strict):
@@ -172,6 +197,9 @@ class RememberItem(Strict):
     content: Content
     scope: Scope
     type: ShortLabel = "fact"
+    memory_type: MemoryType | None = Field(default=None, description=(
+        "None: the type `type` names (fact, preference, pattern, decision, state, context, learned), else FACT. "
+        "PATTERN, CONTEXT, LEARNED and STATE expire after their lifetime; LEARNED waits for approval"))
     tags: list[Tag] = Field(default_factory=list, max_length=64)
     who: Label | None = None
     source_type: ShortLabel | None = None
@@ -180,13 +208,14 @@ class RememberItem(Strict):
     metadata: Metadata = Field(default_factory=dict)
     pinned: StrictBool = False
     importance: float = Field(default=0.5, ge=0.0, le=1.0, strict=True)
+    confidence: float = Field(default=1.0, ge=0.0, le=1.0, strict=True,
+                              description="At most 0.5 is stored for an UNTRUSTED source")
+    expires_at: InstantUTC | None = Field(default=None, description="None: the type's default lifetime")
+    origin: Origin | None = Field(default=None, description="The original source, when this one relays it")
+    agent_chain: list[Label] = Field(default_factory=list, max_length=32,
+                                     description="The agents the content passed through before this write")
     raw: StrictBool = False
     idempotency_key: Label | None = None
-
-    def draft(self) -> "MemoryDraft":
-        return MemoryDraft(scope=self.scope, content=self.content, type=self.type, tags=self.tags, who=self.who,
-                           source_type=self.source_type, source_id=self.source_id, session_id=self.session_id,
-                           metadata=self.metadata, pinned=self.pinned, importance=self.importance)
 
 
 class RememberRequest(RememberItem):
@@ -196,7 +225,8 @@ class RememberRequest(RememberItem):
 
 @dataclass(frozen=True)
 class MemoryDraft:
-    """A memory as it arrives, before it is stored: what every write path hands the store."""
+    """A memory as it is stored: what every write path hands the store (engram.provenance
+    fills in its trust, type and lifetime)."""
 
     scope: Scope
     content: str
@@ -212,6 +242,12 @@ class MemoryDraft:
     kind: str = "raw"  # "fact": extracted by the pipeline from the memories in `derived_from`
     derived_from: list[UUID] = field(default_factory=list)
     confidence: float = 1.0
+    trust: str = "TRUSTED"
+    memory_type: str = "FACT"
+    expires_at: datetime | None = None
+    agent_chain: list[str] = field(default_factory=list)
+    origin: dict[str, Any] | None = None
+    approval: str | None = None  # "pending": it waits for an operator, out of recall (status pending)
 
 
 class RememberResponse(BaseModel):
@@ -219,6 +255,7 @@ class RememberResponse(BaseModel):
     status: RememberStatus
     job_id: UUID | None
     warnings: list[str] = Field(default_factory=list)
+    approval_id: UUID | None = None  # status pending_approval: what an operator decides (/api/approvals)
 
 
 class RememberBatchRequest(Strict):
@@ -242,6 +279,7 @@ class RememberItemResult(BaseModel):
     status: RememberStatus | None = None
     warnings: list[str] = Field(default_factory=list)
     error: ItemError | None = None  # set when this item was not stored; nothing else is then
+    approval_id: UUID | None = None
 
 
 class RememberBatchResponse(BaseModel):
@@ -251,20 +289,6 @@ class RememberBatchResponse(BaseModel):
     results: list[RememberItemResult]
 
 
-def _in_utc(when: datetime) -> datetime:
-    try:
-        return when.astimezone(timezone.utc)
-    except OverflowError:
-        raise ValueError(f"{when.isoformat()} is outside the years 1 to 9999 in UTC") from None
-
-
-def _text_only(value: Any) -> Any:
-    if not isinstance(value, (str, datetime)):  # pydantic would read a number as a Unix time
-        raise ValueError("must be an ISO 8601 date-time string with a time zone")
-    return value
-
-
-InstantUTC = Annotated[AwareDatetime, BeforeValidator(_text_only), AfterValidator(_in_utc)]
 
 
 class TimeRange(Strict):
@@ -287,6 +311,9 @@ class SearchFilters(Strict):
     tags: list[Tag] | None = Field(default=None, max_length=64)
     who: Label | None = None
     source_type: ShortLabel | None = None
+    memory_type: list[MemoryType] | None = Field(default=None, min_length=1, description="Any of these types")
+    trust: list[Trust] | None = Field(default=None, min_length=1, description="Any of these trust levels")
+    min_confidence: float | None = Field(default=None, ge=0.0, le=1.0, strict=True)
     time: str | None = Field(default=None, min_length=1, max_length=100, json_schema_extra=_NUL_FREE,
                              description='A phrase: "yesterday", "last 3 months", ...')
     time_range: TimeRange | None = None
@@ -298,6 +325,7 @@ class SearchRequest(Strict):
     scope: Scope
     filters: SearchFilters = Field(default_factory=SearchFilters)
     include_deleted: StrictBool = False
+    include_expired: StrictBool = Field(default=False, description="Memories past their lifetime too")
     limit: wire_int(1, MAX_LIMIT) = 10
     rerank: StrictBool | None = Field(default=None, description="None: the server's rerank_default setting")
     rerank_top_n: wire_int(1, MAX_RERANK_TOP_N) | None = None
@@ -334,7 +362,7 @@ class Memory(BaseModel):
     updated_at: datetime
     updated_by: str
     version: int
-    status: str = "active"  # active, superseded, deleted or quarantined
+    status: str = "active"  # active, superseded, deleted, quarantined, or pending (approval)
     manual_override_until: datetime | None = None  # a person's edit locks it against automatic ones until then
     kind: Literal["raw", "fact"] = "raw"  # raw: as remembered; fact: extracted from `derived_from`
     derived_from: list[UUID] = Field(default_factory=list)
@@ -343,6 +371,14 @@ class Memory(BaseModel):
     # Secrets restored into `content` that no redaction pattern finds (engram.fact_steps): every
     # provider call showing this memory redacts them. Kept out of every answer and hash.
     sensitive: list[str] = Field(default_factory=list, exclude=True)
+    # Provenance (engram.domain.provenance).
+    trust: Trust = "SEMI_TRUSTED"
+    memory_type: MemoryType = "FACT"
+    expires_at: datetime | None = None  # leaves default recall then; never deleted for it
+    created_by: str | None = None
+    agent_chain: list[str] = Field(default_factory=list)
+    origin: dict[str, Any] | None = None  # {"source_type", "source_id"}: the original source, if relayed
+    approval: str | None = None  # pending, approved, rejected, quarantined or withdrawn; None: none needed
 
     @property
     def scope(self) -> Scope:

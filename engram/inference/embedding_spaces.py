@@ -52,7 +52,8 @@ def index_point(memory, vector: np.ndarray | Vector) -> IndexPoint:
         user_id=_get(memory, "user_id"), agent_id=_get(memory, "agent_id"), run_id=_get(memory, "run_id"),
         type=_get(memory, "type"), tags=list(_get(memory, "tags")), who=_get(memory, "who"),
         source_type=_get(memory, "source_type"), created_at=_get(memory, "created_at"),
-        deleted=_get(memory, "is_deleted"), kind=_get(memory, "kind"),
+        deleted=_get(memory, "is_deleted"), kind=_get(memory, "kind"), trust=_get(memory, "trust"),
+        confidence=_get(memory, "confidence"), expires_at=_get(memory, "expires_at"),
     )
 
 

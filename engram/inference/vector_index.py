@@ -30,7 +30,8 @@ from engram.domain.models import SCOPE_PARTS, Scope
 
 log = logging.getLogger(__name__)
 
-_KEYWORD_FIELDS = ("user_id", "agent_id", "run_id", "type", "tags", "who", "source_type")
+_KEYWORD_FIELDS = ("user_id", "agent_id", "run_id", "type", "tags", "who", "source_type", "trust")
+_FLOAT_FIELDS = ("created_at", "confidence", "expires_at")
 SPARSE = "bm25"  # the lexical index's one vector: BM25 weights by term id
 Vector = list[float] | dict[int, float]  # dense values, or sparse {term id: weight}
 
@@ -54,9 +55,16 @@ class IndexPoint:
     created_at: datetime
     deleted: bool = False
     kind: str = "raw"
+    trust: str | None = None
+    confidence: float | None = None
+    expires_at: datetime | None = None
 
     def payload(self) -> dict:
-        return {
+        # Points written before trust and lifetimes existed lack those fields: each filter on
+        # them admits a point without the field, and the re-read of its row decides (_optional).
+        lifetime = {} if self.expires_at is None else {"expires_at": self.expires_at.timestamp()}
+        return lifetime | {
+            "trust": self.trust, "confidence": self.confidence,
             # Points written before kinds existed have none: "raw" matches them as not "fact".
             "kind": self.kind,
             "user_id": self.user_id, "agent_id": self.agent_id, "run_id": self.run_id,
@@ -77,6 +85,19 @@ def _conditions(scope: Scope, filters: Filters) -> list[tuple[str, object]]:
         if (value := getattr(filters, name)) is not None:
             conds.append((name, value))
     return conds
+
+
+def _optional(filters: Filters) -> list[tuple[str, object]]:
+    """(field, test) of the filters on fields that older points lack: ("trust", [levels]),
+    ("confidence", minimum), ("expires_at", after). A point without the field passes."""
+    tests: list[tuple[str, object]] = []
+    if filters.trust:
+        tests.append(("trust", list(filters.trust)))
+    if filters.min_confidence is not None:
+        tests.append(("confidence", filters.min_confidence))
+    if not filters.include_expired and filters.now is not None:
+        tests.append(("expires_at", filters.now.timestamp()))
+    return tests
 
 
 def _restricted_parts(filters: Filters) -> list[tuple[str, list[str]]]:
@@ -188,7 +209,8 @@ class EdgeIndex:
             params = q.KeywordIndexParams(is_tenant=name in ("user_id", "agent_id"))
             self._shard.update(q.UpdateOperation.create_field_index(name, params))
         self._shard.update(q.UpdateOperation.create_field_index("deleted", q.PayloadSchemaType.Integer))
-        self._shard.update(q.UpdateOperation.create_field_index("created_at", q.PayloadSchemaType.Float))
+        for name in _FLOAT_FIELDS:
+            self._shard.update(q.UpdateOperation.create_field_index(name, q.PayloadSchemaType.Float))
 
     def _write(self, operation) -> None:
         with self._write_lock:
@@ -335,7 +357,8 @@ class QdrantServerIndex:
         for name in _KEYWORD_FIELDS:
             await self._client.create_payload_index(self._collection, name, m.PayloadSchemaType.KEYWORD)
         await self._client.create_payload_index(self._collection, "deleted", m.PayloadSchemaType.INTEGER)
-        await self._client.create_payload_index(self._collection, "created_at", m.PayloadSchemaType.FLOAT)
+        for name in _FLOAT_FIELDS:
+            await self._client.create_payload_index(self._collection, name, m.PayloadSchemaType.FLOAT)
 
     async def upsert(self, points: list[IndexPoint]) -> None:
         from qdrant_client import models as m
@@ -415,6 +438,14 @@ def _edge_filter(scope: Scope, filters: Filters, ids: list[UUID] | None = None):
         must.append(q.Filter(should=either))
     if filters.tags:
         must.append(q.FieldCondition("tags", match=q.MatchAny(list(filters.tags))))
+    for name, test in _optional(filters):
+        if name == "trust":
+            passes = q.FieldCondition(name, match=q.MatchAny(test))
+        elif name == "confidence":
+            passes = q.FieldCondition(name, range=q.RangeFloat(gte=test))
+        else:
+            passes = q.FieldCondition(name, range=q.RangeFloat(gt=test))
+        must.append(q.Filter(should=[q.IsEmptyCondition(name), passes]))
     if filters.created_from or filters.created_to:
         must.append(q.FieldCondition("created_at", range=q.RangeFloat(
             gte=filters.created_from.timestamp() if filters.created_from else None,
@@ -441,6 +472,14 @@ def _server_filter(scope: Scope, filters: Filters, ids: list[UUID] | None = None
         must.append(m.Filter(should=either))
     if filters.tags:
         must.append(m.FieldCondition(key="tags", match=m.MatchAny(any=list(filters.tags))))
+    for name, test in _optional(filters):
+        if name == "trust":
+            passes = m.FieldCondition(key=name, match=m.MatchAny(any=test))
+        elif name == "confidence":
+            passes = m.FieldCondition(key=name, range=m.Range(gte=test))
+        else:
+            passes = m.FieldCondition(key=name, range=m.Range(gt=test))
+        must.append(m.Filter(should=[m.IsEmptyCondition(is_empty=m.PayloadField(key=name)), passes]))
     if filters.created_from or filters.created_to:
         must.append(m.FieldCondition(key="created_at", range=m.Range(
             gte=filters.created_from.timestamp() if filters.created_from else None,

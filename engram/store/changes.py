@@ -22,7 +22,7 @@ ROW_COLUMNS = repo.MEMORY_COLUMNS + ", m.chain_hash, m.token_count, m.manual_ove
 # What a change may set; the names are code's, never a request's.
 SETTABLE = frozenset({
     "content", "normalized_content", "content_hash", "token_count", "type", "tags", "importance", "pinned",
-    "metadata", "is_deleted", "deleted_at", "status", "manual_override", "manual_override_until",
+    "metadata", "is_deleted", "deleted_at", "status", "manual_override", "manual_override_until", "approval",
 })
 
 

@@ -10,6 +10,7 @@ from uuid import UUID
 import asyncpg
 import numpy as np
 
+from engram.domain import provenance
 from engram.domain.models import Scope
 
 
@@ -22,6 +23,7 @@ class Candidate:
     version: int
     similarity: float
     sensitive: tuple[str, ...] = ()  # secrets it holds that no pattern may find
+    trust: str = "TRUSTED"
 
 
 async def nearest_facts(conn: asyncpg.Connection | asyncpg.Pool, scope: Scope, vector: np.ndarray, model: str,
@@ -30,15 +32,16 @@ async def nearest_facts(conn: asyncpg.Connection | asyncpg.Pool, scope: Scope, v
     canonical embeddings, so a fact written a moment ago is already a candidate)."""
     rows = await conn.fetch(
         """
-        SELECT id, content, version, 1 - (embedding <=> $4) AS similarity, sensitive
+        SELECT id, content, version, 1 - (embedding <=> $4) AS similarity, sensitive, trust
         FROM memories
         WHERE scope_key = engram_scope_key($1, $2, $3) AND kind = 'fact' AND NOT is_deleted
-          AND status = 'active' AND embedding_model = $5
+          AND status = 'active' AND embedding_model = $5 AND (expires_at IS NULL OR expires_at > now())
         ORDER BY embedding <=> $4 LIMIT $6
         """,
         scope.user_id, scope.agent_id, scope.run_id, vector, model, limit,
     )
-    return [Candidate(r["id"], r["content"], r["version"], r["similarity"], tuple(r["sensitive"])) for r in rows]
+    return [Candidate(r["id"], r["content"], r["version"], r["similarity"], tuple(r["sensitive"]), r["trust"])
+            for r in rows]
 
 
 async def decided(conn: asyncpg.Connection | asyncpg.Pool, source_id: UUID) -> set[str]:
@@ -65,11 +68,23 @@ async def record(conn: asyncpg.Connection, scope: Scope, **row: Any) -> int | No
 
 
 async def add_source(conn: asyncpg.Connection, memory_id: UUID, source_id: UUID) -> None:
-    """`source_id` supports the fact `memory_id` too (an UPDATE of it, a MERGE onto it)."""
+    """`source_id` supports the fact `memory_id` too (an UPDATE of it, a MERGE onto it): the
+    fact takes the lower trust of the two (and an UNTRUSTED one's confidence cap); its index
+    points are rewritten when that changes it."""
     await conn.execute(
-        "UPDATE memories SET derived_from = array_append(derived_from, $2)"
-        " WHERE id = $1 AND kind = 'fact' AND NOT ($2 = ANY(derived_from))",
-        memory_id, source_id,
+        """
+        UPDATE memories f SET derived_from = array_append(f.derived_from, s.id),
+            trust = CASE WHEN lower_trust THEN s.trust ELSE f.trust END,
+            confidence = CASE WHEN s.trust = 'UNTRUSTED' THEN least(f.confidence, $4) ELSE f.confidence END,
+            dense_stale = f.dense_stale OR lower_trust,
+            lexical_indexed = f.lexical_indexed AND NOT lower_trust
+        FROM memories s
+        CROSS JOIN LATERAL (SELECT array_position($3::text[], s.trust)
+                                   < array_position($3::text[], (SELECT trust FROM memories WHERE id = $1))
+                            AS lower_trust) t
+        WHERE f.id = $1 AND s.id = $2 AND f.kind = 'fact' AND NOT (s.id = ANY(f.derived_from))
+        """,
+        memory_id, source_id, list(provenance.TRUST_LEVELS), provenance.UNTRUSTED_CONFIDENCE_CAP,
     )
     await note_facts(conn, source_id)
 

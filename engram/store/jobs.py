@@ -31,7 +31,7 @@ NEW_JOBS = "engram_new_jobs"
 FIRST_PASS = "engram_first_pass"
 FINISHED = ("done", "dead")
 
-_WORKFLOW_PREFIX = {"extract": "remember", "reembed": "reembed", "review": "review"}
+_WORKFLOW_PREFIX = {"extract": "remember", "reembed": "reembed", "review": "review", "approval": "approval"}
 
 
 def workflow_id_for(job_id: UUID, job_type: str = "extract") -> str:
@@ -206,11 +206,48 @@ class Pending:
     attempt_count: int
     max_attempts: int
     extraction: dict | None = None  # an earlier attempt's, kept while its facts were decided (save_extraction)
+    awaits_approval: bool = False  # its memory waits for a person's approval: no model sees it before
 
 
 def _pending(row: asyncpg.Record) -> Pending:
     return Pending(row["id"], row["memory_id"], row["payload"].get("extract", True), row["attempt_count"],
-                   row["max_attempts"], row["payload"].get("extraction"))
+                   row["max_attempts"], row["payload"].get("extraction"), "approval" in row["payload"])
+
+
+# A parked extraction the drain may take now: its backoff is over and no approval holds it.
+_DUE = "(next_attempt_at IS NULL OR next_attempt_at <= now()) AND NOT payload ? 'approval'"
+
+
+async def lock_extraction(conn: asyncpg.Connection, memory_id: UUID) -> None:
+    """Lock the memory's remember job(s) before its row: the order the pipeline's steps take them
+    in (a job, then its memory), so a decision on the memory never deadlocks with them."""
+    await conn.execute("SELECT 1 FROM memory_jobs WHERE memory_id = $1 AND job_type = 'extract' FOR UPDATE",
+                       memory_id)
+
+
+async def release_approved(conn: asyncpg.Connection, memory_id: UUID) -> None:
+    """The memory was approved: its extraction may go on (at once if parked for it; in its
+    batch if not reached yet)."""
+    await conn.execute(
+        "UPDATE memory_jobs SET payload = payload - 'approval', updated_at = now()"
+        " WHERE memory_id = $1 AND job_type = 'extract' AND payload ? 'approval'",
+        memory_id,
+    )
+
+
+async def end_unapproved(conn: asyncpg.Connection, memory_id: UUID, code: str) -> list[UUID]:
+    """The memory was rejected, quarantined or withdrawn: its extraction never runs. Its job
+    ends `done` with `code`, if it has not ended; the ids of those ended."""
+    rows = await conn.fetch(
+        """
+        UPDATE memory_jobs SET status = 'done', payload = payload - 'approval', last_error_code = $2,
+            last_error = 'its memory was not approved: no model saw it', lease_owner = NULL,
+            lease_expires_at = NULL, updated_at = now()
+        WHERE memory_id = $1 AND job_type = 'extract' AND status IN ('pending', 'parked') RETURNING id
+        """,
+        memory_id, code,
+    )
+    return [r["id"] for r in rows]
 
 
 async def save_extraction(pool: asyncpg.Pool, job_id: UUID, extraction: dict) -> None:
@@ -285,13 +322,13 @@ async def lease_parked(pool: asyncpg.Pool, owner: str, *, limit: int, lease_s: f
     for `lease_s` seconds, and any drain lease that ran out (its holder died) or that `owner`
     already holds (a retry of a drain step that died: only one drain runs per task queue)."""
     rows = await pool.fetch(
-        """
+        f"""
         UPDATE memory_jobs SET status = 'leased', lease_owner = $1,
             lease_expires_at = now() + make_interval(secs => $3), updated_at = now()
         WHERE id IN (
             SELECT id FROM memory_jobs
             WHERE job_type = 'extract'
-              AND ((status = 'parked' AND (next_attempt_at IS NULL OR next_attempt_at <= now()))
+              AND ((status = 'parked' AND {_DUE})
                    OR (status = 'leased' AND lease_owner LIKE 'drain:%'
                        AND (lease_expires_at < now() OR lease_owner = $1)))
             ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)
@@ -316,11 +353,10 @@ class Backlog:
 
 async def backlog(conn: asyncpg.Connection | asyncpg.Pool) -> Backlog:
     row = await conn.fetchrow(
-        """
+        f"""
         SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
             count(*) FILTER (WHERE status = 'parked') AS parked,
-            count(*) FILTER (WHERE status = 'parked' AND (next_attempt_at IS NULL OR next_attempt_at <= now()))
-                AS parked_due,
+            count(*) FILTER (WHERE status = 'parked' AND {_DUE}) AS parked_due,
             count(*) FILTER (WHERE status = 'leased') AS leased
         FROM memory_jobs WHERE job_type = 'extract' AND status IN ('pending', 'parked', 'leased')
         """

@@ -25,7 +25,7 @@ MEMORY_COLUMNS = """
     m.confidence, m.importance, m.extraction_status, m.extracted, m.access_count, m.last_accessed,
     m.embedding_model, m.extraction_model, m.content_hash, m.created_at, m.updated_at,
     m.updated_by, m.version, m.status, m.manual_override_until, m.kind, m.derived_from, m.sensitive,
-    m.entities
+    m.entities, m.trust, m.memory_type, m.expires_at, m.created_by, m.agent_chain, m.origin, m.approval
 """
 
 
@@ -63,21 +63,24 @@ async def insert_raw(conn: asyncpg.Connection, draft: MemoryDraft, *, memory_id:
         WITH m AS (
             INSERT INTO memories (id, user_id, agent_id, run_id, content, normalized_content,
                 content_hash, type, tags, who, source_type, source_id, session_id, metadata, pinned,
-                importance, extraction_status, token_count, updated_by, chain_hash, kind, derived_from, confidence)
+                importance, extraction_status, token_count, updated_by, chain_hash, kind, derived_from, confidence,
+                trust, memory_type, expires_at, created_by, agent_chain, origin, approval, status)
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $22,
-                    $23, $24, $25)
+                    $23, $24, $25, $26, $27, $28, $19, $29, $30, $31, $32)
             ON CONFLICT (scope_key, kind, content_hash) WHERE NOT is_deleted DO NOTHING
             RETURNING id),
         postings AS (
             INSERT INTO memory_terms (memory_id, term, tf, user_id, agent_id, run_id)
             SELECT m.id, t.term, t.tf, $2, $3, $4 FROM m, unnest($20::text[], $21::int[]) AS t(term, tf)),
-        history AS ({_shifted(history.INSERT_SELECT, 25)} FROM m)
+        history AS ({_shifted(history.INSERT_SELECT, 32)} FROM m)
         SELECT count(*) > 0 FROM m
         """,
         memory_id, scope.user_id, scope.agent_id, scope.run_id, draft.content, normalized, content_hash(normalized),
         draft.type, draft.tags, draft.who, draft.source_type, draft.source_id, draft.session_id, draft.metadata,
         draft.pinned, draft.importance, extraction_status, length, actor, list(tf), list(tf.values()), digest,
-        draft.kind, draft.derived_from, draft.confidence, *event_args,
+        draft.kind, draft.derived_from, draft.confidence, draft.trust, draft.memory_type, draft.expires_at,
+        draft.agent_chain, draft.origin, draft.approval, "pending" if draft.approval == "pending" else "active",
+        *event_args,
     )
     if not inserted:
         return False
@@ -273,10 +276,12 @@ class CandidateRow:
 
 def _session_neighbour(column: str, before: bool) -> str:
     """A correlated subquery over `memories m`: `column` of the live memory written just before
-    (or after) m in m's scope and session. Never another scope, never a deleted memory."""
+    (or after) m in m's scope and session. Never another scope, never a deleted, quarantined or
+    pending memory."""
     cmp, order = ("<", "DESC") if before else (">", "ASC")
     return f"""(SELECT p.{column} FROM memories p
              WHERE p.scope_key = m.scope_key AND p.session_id = m.session_id AND NOT p.is_deleted
+               AND p.status = 'active'
                AND (p.created_at, p.id) {cmp} (m.created_at, m.id)
              ORDER BY p.created_at {order}, p.id {order} LIMIT 1)"""
 
@@ -394,4 +399,17 @@ async def bump_access(pool: asyncpg.Pool, ids: list[UUID]) -> None:
     await pool.execute(
         "UPDATE memories SET access_count = access_count + 1, last_accessed = now() WHERE id = ANY($1::uuid[])",
         ids,
+    )
+
+
+async def end_other_sessions(conn: asyncpg.Connection, scope: Scope, session_id: str, now: datetime) -> None:
+    """A new session of `scope` ends its earlier ones: their STATE memories expire `now` (their
+    index points are rewritten with it)."""
+    await conn.execute(
+        """
+        UPDATE memories SET expires_at = $5, dense_stale = true, lexical_indexed = false
+        WHERE scope_key = engram_scope_key($1, $2, $3) AND memory_type = 'STATE'
+          AND session_id IS DISTINCT FROM $4 AND (expires_at IS NULL OR expires_at > $5)
+        """,
+        scope.user_id, scope.agent_id, scope.run_id, session_id, now,
     )

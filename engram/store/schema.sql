@@ -229,16 +229,27 @@ CREATE TABLE memories (
     has_facts boolean NOT NULL DEFAULT false,
     sensitive text[] NOT NULL DEFAULT '{}'::text[],
     entities jsonb NOT NULL DEFAULT '[]'::jsonb,
+    trust text NOT NULL DEFAULT 'SEMI_TRUSTED'::text,
+    memory_type text NOT NULL DEFAULT 'FACT'::text,
+    expires_at timestamp with time zone,
+    created_by text,
+    agent_chain text[] NOT NULL DEFAULT '{}'::text[],
+    origin jsonb,
+    approval text,
+    CONSTRAINT memories_approval_check CHECK ((approval = ANY (ARRAY['pending'::text, 'approved'::text, 'rejected'::text, 'quarantined'::text, 'withdrawn'::text]))),
     CONSTRAINT memories_check CHECK (((user_id IS NOT NULL) OR (agent_id IS NOT NULL) OR (run_id IS NOT NULL))),
     CONSTRAINT memories_extraction_status_check CHECK ((extraction_status = ANY (ARRAY['pending'::text, 'unprocessed'::text, 'done'::text, 'skipped'::text, 'failed'::text]))),
     CONSTRAINT memories_kind_check CHECK ((kind = ANY (ARRAY['raw'::text, 'fact'::text]))),
+    CONSTRAINT memories_memory_type_check CHECK ((memory_type = ANY (ARRAY['FACT'::text, 'PATTERN'::text, 'PREFERENCE'::text, 'DECISION'::text, 'STATE'::text, 'CONTEXT'::text, 'LEARNED'::text]))),
     CONSTRAINT memories_pkey PRIMARY KEY (id),
-    CONSTRAINT memories_status_check CHECK ((status = ANY (ARRAY['active'::text, 'superseded'::text, 'deleted'::text, 'quarantined'::text])))
+    CONSTRAINT memories_status_check CHECK ((status = ANY (ARRAY['active'::text, 'superseded'::text, 'deleted'::text, 'quarantined'::text, 'pending'::text]))),
+    CONSTRAINT memories_trust_check CHECK ((trust = ANY (ARRAY['UNTRUSTED'::text, 'SEMI_TRUSTED'::text, 'TRUSTED'::text])))
 );
 CREATE INDEX memories_agent_idx ON public.memories USING btree (agent_id, created_at);
 CREATE INDEX memories_created_at_idx ON public.memories USING btree (created_at, id);
 CREATE INDEX memories_dense_stale_idx ON public.memories USING btree (updated_at, id) WHERE dense_stale;
 CREATE INDEX memories_derived_from_idx ON public.memories USING gin (derived_from) WHERE (kind = 'fact'::text);
+CREATE INDEX memories_expires_at_idx ON public.memories USING btree (expires_at) WHERE (expires_at IS NOT NULL);
 CREATE INDEX memories_is_deleted_idx ON public.memories USING btree (is_deleted);
 CREATE INDEX memories_lexical_reweigh_idx ON public.memories USING btree (created_at, id) WHERE lexical_reweigh;
 CREATE INDEX memories_lexical_todo_agent_idx ON public.memories USING btree (agent_id) WHERE (NOT lexical_indexed);
@@ -251,10 +262,34 @@ CREATE UNIQUE INDEX memories_pkey ON public.memories USING btree (id);
 CREATE INDEX memories_run_idx ON public.memories USING btree (run_id, created_at);
 CREATE INDEX memories_session_order_idx ON public.memories USING btree (scope_key, session_id, created_at, id) WHERE (session_id IS NOT NULL);
 CREATE INDEX memories_source_idx ON public.memories USING btree (source_type, source_id);
+CREATE INDEX memories_state_idx ON public.memories USING btree (scope_key) WHERE (memory_type = 'STATE'::text);
 CREATE INDEX memories_status_idx ON public.memories USING btree (status) WHERE (status <> 'active'::text);
 CREATE INDEX memories_type_idx ON public.memories USING btree (type);
 CREATE INDEX memories_unsealed_idx ON public.memories USING btree (created_at, id) WHERE (chain_hash IS NULL);
 CREATE INDEX memories_user_idx ON public.memories USING btree (user_id, created_at);
+
+CREATE TABLE memory_approvals (
+    id uuid NOT NULL,
+    memory_id uuid NOT NULL,
+    user_id text,
+    agent_id text,
+    run_id text,
+    reason text NOT NULL,
+    requested_by text NOT NULL,
+    status text NOT NULL DEFAULT 'pending'::text,
+    decided_by text,
+    decided_reason text,
+    timed_out boolean NOT NULL DEFAULT false,
+    expires_at timestamp with time zone NOT NULL,
+    created_at timestamp with time zone NOT NULL DEFAULT now(),
+    decided_at timestamp with time zone,
+    CONSTRAINT memory_approvals_memory_id_fkey FOREIGN KEY (memory_id) REFERENCES memories(id),
+    CONSTRAINT memory_approvals_pkey PRIMARY KEY (id),
+    CONSTRAINT memory_approvals_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'approved'::text, 'rejected'::text, 'quarantined'::text, 'withdrawn'::text])))
+);
+CREATE INDEX memory_approvals_memory_idx ON public.memory_approvals USING btree (memory_id);
+CREATE INDEX memory_approvals_pending_idx ON public.memory_approvals USING btree (created_at) WHERE (status = 'pending'::text);
+CREATE UNIQUE INDEX memory_approvals_pkey ON public.memory_approvals USING btree (id);
 
 CREATE TABLE memory_decisions (
     id bigint NOT NULL DEFAULT nextval('memory_decisions_id_seq'::regclass),
@@ -335,7 +370,7 @@ CREATE TABLE memory_history (
     scope_key text,
     scope_seq bigint,
     scope_hash text,
-    CONSTRAINT memory_history_event_check CHECK ((event = ANY (ARRAY['ADD'::text, 'UPDATE'::text, 'DELETE'::text, 'RECOVER'::text, 'ROLLBACK'::text, 'MERGE'::text, 'NONE'::text, 'QUARANTINE'::text, 'CONFIRM'::text]))),
+    CONSTRAINT memory_history_event_check CHECK ((event = ANY (ARRAY['ADD'::text, 'UPDATE'::text, 'DELETE'::text, 'RECOVER'::text, 'ROLLBACK'::text, 'MERGE'::text, 'NONE'::text, 'QUARANTINE'::text, 'CONFIRM'::text, 'APPROVE'::text, 'REJECT'::text]))),
     CONSTRAINT memory_history_memory_id_fkey FOREIGN KEY (memory_id) REFERENCES memories(id),
     CONSTRAINT memory_history_pkey PRIMARY KEY (id)
 );
@@ -365,7 +400,7 @@ CREATE TABLE memory_jobs (
     updated_at timestamp with time zone NOT NULL DEFAULT now(),
     parent_id uuid,
     usage jsonb,
-    CONSTRAINT memory_jobs_job_type_check CHECK ((job_type = ANY (ARRAY['extract'::text, 'decision'::text, 'graph'::text, 'reembed'::text, 'import'::text, 'review'::text]))),
+    CONSTRAINT memory_jobs_job_type_check CHECK ((job_type = ANY (ARRAY['extract'::text, 'decision'::text, 'graph'::text, 'reembed'::text, 'import'::text, 'review'::text, 'approval'::text]))),
     CONSTRAINT memory_jobs_memory_id_fkey FOREIGN KEY (memory_id) REFERENCES memories(id),
     CONSTRAINT memory_jobs_parent_id_fkey FOREIGN KEY (parent_id) REFERENCES memory_jobs(id),
     CONSTRAINT memory_jobs_pkey PRIMARY KEY (id),

@@ -45,7 +45,16 @@ class Where:
         else:
             if not filters.include_deleted:
                 self.add_raw(f"NOT {alias}.is_deleted")
-            self.add_raw(f"{alias}.status <> 'quarantined'")  # its row no longer matches its history
+            # Quarantined: its row no longer matches its history; pending: it waits for approval.
+            self.add_raw(f"{alias}.status <> ALL('{{quarantined,pending}}'::text[])")
+        if not filters.include_expired and filters.now is not None:
+            self.add(f"({alias}.expires_at IS NULL OR {alias}.expires_at > {{}})", filters.now)
+        if filters.memory_types:
+            self.add(f"{alias}.memory_type = ANY({{}}::text[])", list(filters.memory_types))
+        if filters.trust:
+            self.add(f"{alias}.trust = ANY({{}}::text[])", list(filters.trust))
+        if filters.min_confidence is not None:
+            self.add(f"{alias}.confidence >= {{}}", filters.min_confidence)
         if filters.kind is not None:
             self.add(f"{alias}.kind = {{}}", filters.kind)
         if filters.type is not None:
