@@ -284,8 +284,10 @@ def shown(m: Memory, score: float | None = None) -> dict[str, Any]:
     """A memory as mem0's platform shows one; `categories` are its tags."""
     shown = {"id": str(m.id), "memory": m.content, "user_id": m.user_id, "agent_id": m.agent_id, "run_id": m.run_id,
              "app_id": None, "metadata": m.metadata, "categories": m.tags, "hash": m.content_hash,
-             "expiration_date": m.expires_at.date().isoformat() if m.expires_at else None,
-             "trust": m.trust, "confidence": m.confidence, "memory_type": m.memory_type, "created_at": m.created_at.isoformat(), "updated_at": m.updated_at.isoformat()}
+             # The last day it is in recall, as mem0's expiration_date means (add reads it back so).
+             "expiration_date": (m.expires_at - timedelta(microseconds=1)).date().isoformat() if m.expires_at else None,
+             "trust": m.trust, "confidence": m.confidence, "memory_type": m.memory_type,
+             "created_at": m.created_at.isoformat(), "updated_at": m.updated_at.isoformat()}
     if score is not None:
         shown["score"] = score
     return shown
@@ -300,7 +302,7 @@ def history_entries(h: MemoryHistory) -> list[dict[str, Any]]:
         entries.append({
             "id": str(e.id), "memory_id": str(m.id), "event": e.event,
             "old_memory": None if e.event == "ADD" else (e.old_content or text),
-            "new_memory": None if e.event == "DELETE" else after,
+            "new_memory": None if e.event in ("DELETE", "REJECT") else after,
             "user_id": m.user_id, "agent_id": m.agent_id, "run_id": m.run_id, "categories": m.tags,
             "metadata": (e.state or {}).get("metadata"), "reason": e.reason, "path": e.path, "actor_type": e.actor_type,
             "actor_id": e.actor_id, "version": e.version,

@@ -77,7 +77,9 @@ class BatchForgets:
             principal.require("force_delete")
         await self._control.check(req.scope)
         s = self._settings
-        filters = resolve(req.filters, principal.visibility, include_deleted=False, now=self.clock())
+        # What is stored, not only what recall shows: expired memories and writes waiting for approval too.
+        filters = resolve(req.filters, principal.visibility, include_deleted=False, now=self.clock(),
+                          include_expired=True, include_pending=True)
         scores: dict[UUID, float] = {}
         if req.query is not None:
             hits, _, _ = await self._recall.search(req.query, req.scope, filters,

@@ -11,23 +11,23 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Callable, Protocol
 from uuid import UUID
 
 import asyncpg
 from pydantic import ValidationError as PydanticValidationError
 
-from engram.domain import auth, provenance
+from engram import drafts
+from engram.domain import auth
 from engram.domain.changes import NO_MODEL, ModelAttribution
 from engram.domain.errors import (
     Conflict, DatabaseUnavailable, EngramError, NotFound, Unauthenticated, ValidationFailed,
 )
 from engram.domain.filters import resolve
 from engram.domain.models import (
-    MAX_PIPELINE_TIMEOUT_MS, ApiKey, ItemError, Job, Memory, MemoryDraft, MemoryPage, RememberBatchResponse,
-    RememberItem, RememberItemResult, RememberRequest, RememberResponse, Scope, SearchFilters, SearchRequest,
-    SearchResponse,
+    MAX_PIPELINE_TIMEOUT_MS, ApiKey, ItemError, Job, Memory, MemoryPage, RememberBatchResponse, RememberItem,
+    RememberItemResult, RememberRequest, RememberResponse, Scope, SearchFilters, SearchRequest, SearchResponse,
 )
 from engram.domain.text import content_hash, normalize
 from engram.inference.availability import Availability
@@ -35,7 +35,7 @@ from engram.control import Control
 from engram.integrity import Integrity
 from engram.recall.pipeline import Recall, RecallOptions
 from engram.settings import Settings
-from engram.store import approvals, idempotency, jobs, keys
+from engram.store import idempotency, jobs, keys
 from engram.store import pool as pool_module
 from engram.store import memories as repo
 
@@ -290,7 +290,7 @@ class MemoryService:
         if not claimed:  # another request holds this idempotency key: answer as it did
             return await self._replay(conn, principal, req.idempotency_key, request_hash)
         now = self.clock()
-        draft = self._draft(principal, req, now)
+        draft = drafts.draft_of(self._settings, principal.id, req, now)
         if await repo.insert_raw(conn, draft, memory_id=memory_id, actor=principal.id,
                                  stemmer=self._settings.bm25_stemmer,
                                  extraction_status="unprocessed" if raw_saved else "pending", request_id=request_id,
@@ -298,15 +298,8 @@ class MemoryService:
             payload = {"extract": not req.raw}
             approval_id = None
             if draft.approval == "pending":
-                why = provenance.needs_approval(draft.memory_type, draft.trust)
-                approval_id = uuid.uuid4()
+                approval_id = await drafts.hold_for_approval(conn, self._settings, memory_id, draft, principal.id, now)
                 payload["approval"] = str(approval_id)  # its extraction waits for the approval
-                expires_at = now + timedelta(seconds=self._settings.write_approval_ttl_s)
-                await approvals.insert(conn, approval_id, memory_id=memory_id, scope=req.scope, reason=why,
-                                       requested_by=principal.id, expires_at=expires_at)
-                await jobs.insert(conn, job_id=approval_id, memory_id=memory_id, job_type="approval", max_attempts=1,
-                                  payload={"approval_id": str(approval_id), "expires_at": expires_at.isoformat(),
-                                           "requested_by": principal.id})
             await jobs.insert(conn, job_id=job_id, memory_id=memory_id, job_type="extract",
                               max_attempts=self._settings.extraction_max_attempts, payload=payload,
                               parent_id=parent_id, outcome="raw_saved" if raw_saved else None)
@@ -317,33 +310,6 @@ class MemoryService:
         if req.idempotency_key:
             await idempotency.rebind(conn, principal.id, req.idempotency_key, existing)
         return _Written(existing, None, duplicate=True)
-
-    def _draft(self, principal: auth.Principal, req: RememberItem, now: datetime) -> MemoryDraft:
-        """The memory to store: the request with its provenance, type, lifetime and whether it
-        waits for approval (engram.domain.provenance). Raises ValidationFailed for an
-        `expires_at` that has passed."""
-        s = self._settings
-        memory_type = req.memory_type or provenance.type_of(req.type)
-        if req.expires_at is not None and req.expires_at <= now:
-            raise ValidationFailed(f"expires_at: {req.expires_at.isoformat()} has passed")
-        trust, expires_at, approval = "TRUSTED", req.expires_at, None
-        if s.trust_and_lifetimes:
-            trust = provenance.classify(req.source_type, s.trust_sources, s.trust_default)
-            if req.origin is not None:
-                trust = provenance.lowest(trust, provenance.classify(req.origin.source_type, s.trust_sources,
-                                                                     s.trust_default))
-            expires_at = expires_at or s.lifetimes.expires_at(memory_type, now)
-            approval = "pending" if provenance.needs_approval(memory_type, trust) else None
-        agent_chain = list(req.agent_chain)
-        if agent_chain[-1:] != [principal.id]:
-            agent_chain.append(principal.id)  # the last hop: the key that wrote it
-        return MemoryDraft(
-            scope=req.scope, content=req.content, type=req.type, tags=req.tags, who=req.who,
-            source_type=req.source_type, source_id=req.source_id, session_id=req.session_id, metadata=req.metadata,
-            pinned=req.pinned, importance=req.importance, confidence=provenance.capped(req.confidence, trust),
-            trust=trust, memory_type=memory_type, expires_at=expires_at,
-            agent_chain=agent_chain,
-            origin=req.origin.model_dump() if req.origin is not None else None, approval=approval)
 
     async def _replay(self, conn: asyncpg.Connection, principal: auth.Principal, key: str, request_hash: str
                       ) -> RememberResponse:

@@ -161,7 +161,8 @@ async def test_nobody_deciding_rejects_it_when_the_time_limit_passes(make_app, f
         approval = await _wait_approval(app, answer["approval_id"], lambda a: a["status"] != "pending")
         assert (approval["status"], approval["timed_out"], approval["decided_by"]) == (
             "rejected", True, "system:approval")
-        assert await events(app, answer["memory_id"]) == [("ADD", answer_actor(approval)), ("REJECT", "system:approval")]
+        assert await events(app, answer["memory_id"]) == [("ADD", approval["requested_by"]),
+                                                          ("REJECT", "system:approval")]
         handle = app.runtime.client.get_workflow_handle_for(ApprovalWorkflow.run, f"approval-{answer['approval_id']}")
         result = await handle.result()
         assert (result.status, result.timed_out) == ("rejected", True)
@@ -229,6 +230,14 @@ async def test_a_pending_write_cannot_be_edited_and_forgetting_it_withdraws_the_
     assert decided.status_code == 200, decided.text
     assert decided.json()["status"] == "withdrawn"
     assert (await pipeline.get(f"/api/memory/{answer['memory_id']}")).json()["is_deleted"]
+
+
+async def test_forgetting_a_whole_scope_takes_the_writes_that_wait_too(pipeline):
+    answer = await untrusted_fact(pipeline)
+    tea = await pipeline.remember("Ana likes tea", scope=SCOPE, mode="async")
+    preview = await pipeline.post("/api/memory/forget", {"scope": SCOPE, "everything": True, "reason": "erase ana"})
+    assert preview.status_code == 200, preview.text
+    assert {c["id"] for c in preview.json()["candidates"]} == {answer["memory_id"], tea["memory_id"]}
 
 
 async def test_a_learned_memory_waits_whatever_its_source(pipeline):
@@ -329,10 +338,6 @@ async def test_a_worker_killed_while_a_write_waits_applies_the_approval_once(pos
     finally:
         if engram.proc and engram.proc.poll() is None:
             engram.stop()
-
-
-def answer_actor(approval: dict) -> str:
-    return approval["requested_by"]
 
 
 async def _wait_approval(app, approval_id: str, done, timeout_s: float = 30) -> dict:

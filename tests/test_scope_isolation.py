@@ -423,3 +423,41 @@ async def test_a_bulk_import_stores_exactly_the_items_whose_scope_the_key_may_wr
             wrong.append(f"{label(scope)}: expected forbidden, got {result}")
     stored = await shelf.count("SELECT count(*) FROM memories WHERE content LIKE $1", f"{text} %")
     assert not wrong and stored == sum(grants_cover(grants, s) for s in SCOPES), "\n".join(wrong)
+
+
+# -- 4. the approval queue: writes waiting for a person, by the same rule --------------------------
+
+@pytest.fixture(scope="module")
+async def waiting(postgres, temporal, embedder, reranker, tmp_path_factory):
+    """One write waiting for approval (a FACT from an UNTRUSTED source) in each scope."""
+    async with _module_app(postgres, temporal, embedder, reranker, tmp_path_factory) as app:
+        held = {}
+        for n, scope in enumerate(SCOPES):
+            answer = await app.remember(f"{QUERY_WORD} rumour number {n}", scope=as_dict(scope), source_type="web",
+                                        mode="async")
+            assert answer["status"] == "pending_approval", answer
+            held[scope] = answer["approval_id"]
+        yield app, held
+
+
+@by_grants
+async def test_the_approval_queue_shows_and_decides_exactly_the_writes_the_key_may_see(waiting, grants):
+    app, held = waiting
+    key = await app.key("operator", grants)
+    listed = (await app.get("/api/memory/approvals", key=key, limit=100)).json()["items"]
+    wrong = []
+    if {a["id"] for a in listed} != {held[s] for s in SCOPES if grants_cover(grants, s)}:
+        wrong.append(f"the queue shows "
+                     f"{len(listed)} items, not the {sum(grants_cover(grants, s) for s in SCOPES)} it may see")
+    for scope in SCOPES:
+        if grants_cover(grants, scope):
+            continue
+        approval_id = held[scope]
+        for response in (await app.get(f"/api/memory/approvals/{approval_id}", key=key),
+                         await app.post(f"/api/memory/approvals/{approval_id}/decide",
+                                        {"decision": "approve", "reason": "not mine to decide"}, key=key)):
+            if response.status_code != 404 or response.json()["error"]["type"] != "not_found":
+                wrong.append(f"{label(scope)}: expected 404, got {response.status_code} {response.text[:120]}")
+    assert not wrong, "\n".join(wrong)
+    # No decision above changed anything.
+    assert await app.count("SELECT count(*) FROM memory_approvals WHERE status = 'pending'") == len(SCOPES)

@@ -38,10 +38,12 @@ class Filters:
     # Memories past their lifetime (expires_at at or before `now`) only with include_expired.
     include_expired: bool = False
     now: datetime | None = None
+    # Writes waiting for approval too (a forget selects what is stored, not what recall shows).
+    include_pending: bool = False
 
 
 def resolve(asked: SearchFilters, visible: Visibility, *, include_deleted: bool, now: datetime,
-            status: str | None = None, include_expired: bool = False) -> Filters:
+            status: str | None = None, include_expired: bool = False, include_pending: bool = False) -> Filters:
     """The filters a caller asked for, within what it may see. A time phrase and a time range
     together mean both (their intersection). Raises ValidationFailed for a phrase it cannot read."""
     start = end = None
@@ -54,4 +56,4 @@ def resolve(asked: SearchFilters, visible: Visibility, *, include_deleted: bool,
                    source_type=asked.source_type,
                    created_from=start, created_to=end, include_deleted=include_deleted, status=status,
                    memory_types=asked.memory_type, trust=asked.trust, min_confidence=asked.min_confidence,
-                   include_expired=include_expired, now=now)
+                   include_expired=include_expired, now=now, include_pending=include_pending)

@@ -46,7 +46,8 @@ class Where:
             if not filters.include_deleted:
                 self.add_raw(f"NOT {alias}.is_deleted")
             # Quarantined: its row no longer matches its history; pending: it waits for approval.
-            self.add_raw(f"{alias}.status <> ALL('{{quarantined,pending}}'::text[])")
+            hidden = "quarantined" if filters.include_pending else "quarantined,pending"
+            self.add_raw(f"{alias}.status <> ALL('{{{hidden}}}'::text[])")
         if not filters.include_expired and filters.now is not None:
             self.add(f"({alias}.expires_at IS NULL OR {alias}.expires_at > {{}})", filters.now)
         if filters.memory_types:
