@@ -325,13 +325,16 @@ class FactWriter:
         mentions: (its id, None), or (the id of the live memory of the scope that holds this
         content already, that id) with lineage added."""
         # Provenance follows the source: its trust (and an UNTRUSTED one's cap), its origin and
-        # lifetime, its agents and the pipeline; its passing type, else the fact's own.
+        # lifetime, its agents and the pipeline; its passing type, else the fact's own. An
+        # UNTRUSTED source no person approved gives its own type: else a web page written as a
+        # "preference" would put FACTs from an UNTRUSTED source into recall unapproved.
+        keeps_type = source.memory_type in PASSING or (source.trust == "UNTRUSTED" and source.approval != "approved")
         draft = MemoryDraft(
             scope=source.scope, content=fact.content, type=fact.type, who=source.who,
             source_type=source.source_type, source_id=source.source_id, session_id=source.session_id,
             kind="fact", derived_from=[source.id], confidence=provenance.capped(fact.confidence, source.trust),
             trust=source.trust, expires_at=source.expires_at, origin=source.origin,
-            memory_type=source.memory_type if source.memory_type in PASSING else provenance.type_of(fact.type),
+            memory_type=source.memory_type if keeps_type else provenance.type_of(fact.type),
             agent_chain=[*source.agent_chain, PIPELINE_ACTOR])
         memory_id = uuid4()
         if not await repo.insert_raw(conn, draft, memory_id=memory_id, actor=PIPELINE_ACTOR,

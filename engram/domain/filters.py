@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from engram.domain.auth import Visibility
+from engram.domain.chain import real
 from engram.domain.models import SearchFilters
 from engram.domain.timephrase import parse_time_phrase
 
@@ -55,5 +56,7 @@ def resolve(asked: SearchFilters, visible: Visibility, *, include_deleted: bool,
     return Filters(visible=visible, kind=asked.kind, type=asked.type, tags=asked.tags, who=asked.who,
                    source_type=asked.source_type,
                    created_from=start, created_to=end, include_deleted=include_deleted, status=status,
-                   memory_types=asked.memory_type, trust=asked.trust, min_confidence=asked.min_confidence,
+                   memory_types=asked.memory_type, trust=asked.trust,
+                   # As a `real` holds it: a memory of confidence 0.7 has 0.699999988 (Postgres and the index).
+                   min_confidence=None if asked.min_confidence is None else real(asked.min_confidence),
                    include_expired=include_expired, now=now, include_pending=include_pending)
