@@ -287,3 +287,43 @@ async def test_migration_0006_gives_colliding_scopes_their_own_keys_and_attribut
         names = {r["id"]: r["name"] for r in await conn.fetch("SELECT id, name FROM api_keys")}
         assert names[sole] == "ci" and sorted([names[twin_a], names[twin_b]])[0] == "dev"
         assert len(set(names.values())) == 3, f"active key names are still shared: {names}"
+
+
+async def test_migration_0017_types_and_trusts_existing_memories_without_changing_them(postgres, migrations_dir):
+    """A database written before 0017: `type` was free text and nothing had a trust. The new
+    columns are filled from what each row holds; no row's own fields change, nothing expires."""
+    provenance = migrations_dir / "0017_provenance_types_approvals.sql"
+    held_back = provenance.read_text()
+    provenance.unlink()
+    dsn = await empty_database(postgres)
+    await db.migrate(dsn)
+    web, lesson, note, fact = (uuid.uuid4() for _ in range(4))
+    rows = [  # (id, type, source_type, confidence, kind, derived_from, first actor)
+        (web, "Preference", "web", 0.9, "raw", [], "key:crawler"),
+        (lesson, "lesson", "user", 1.0, "raw", [], "key:ana"),
+        (note, "note", None, 1.0, "raw", [], "key:ana"),
+        (fact, "preference", "web", 0.8, "fact", [web], "system:pipeline"),
+    ]
+    async with connect(dsn) as conn:
+        for memory_id, type_, source, confidence, kind, derived, actor in rows:
+            await conn.execute(
+                "INSERT INTO memories (id, user_id, content, normalized_content, content_hash, type, source_type,"
+                " confidence, kind, derived_from, token_count, updated_by) VALUES ($1, 'ana', $2, $2, $2, $3, $4, $5,"
+                " $6, $7, 1, 'key:later-editor')",
+                memory_id, f"text {memory_id}", type_, source, confidence, kind, derived)
+            await conn.execute("INSERT INTO memory_history (memory_id, event, version, actor_type, actor_id)"
+                               " VALUES ($1, 'ADD', 1, 'writer', $2)", memory_id, actor)
+    provenance.write_text(held_back)
+
+    assert await db.migrate(dsn) == [17]
+
+    async with connect(dsn) as conn:
+        got = {r["id"]: (r["type"], r["memory_type"], r["trust"], round(r["confidence"], 3), r["created_by"],
+                         r["expires_at"], r["status"])
+               for r in await conn.fetch("SELECT * FROM memories")}
+    assert got == {
+        web: ("Preference", "PREFERENCE", "UNTRUSTED", 0.5, "key:crawler", None, "active"),
+        lesson: ("lesson", "LEARNED", "TRUSTED", 1.0, "key:ana", None, "active"),
+        note: ("note", "FACT", "SEMI_TRUSTED", 1.0, "key:ana", None, "active"),
+        fact: ("preference", "PREFERENCE", "UNTRUSTED", 0.5, "system:pipeline", None, "active"),
+    }
