@@ -1,9 +1,13 @@
 """How a remember request becomes the memory stored: its provenance, type and lifetime, and,
-for a write that needs one, the approval it waits for (engram.domain.provenance holds the rules)."""
+for a write that needs one, the approval it waits for; and the end of a scope's earlier
+sessions, which a STATE memory lasts for (engram.domain.provenance holds the rules)."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import UUID
 
@@ -11,9 +15,22 @@ import asyncpg
 
 from engram.domain import provenance
 from engram.domain.errors import ValidationFailed
-from engram.domain.models import MemoryDraft, RememberItem
+from engram.domain.models import MemoryDraft, RememberItem, Scope
 from engram.settings import Settings
 from engram.store import approvals, jobs
+from engram.store import memories as repo
+
+log = logging.getLogger(__name__)
+SESSION_END_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class Session:
+    """A write in `scope`'s session `session_id` at `at`: the scope's earlier sessions end."""
+
+    scope: Scope
+    session_id: str
+    at: datetime
 
 
 def draft_of(s: Settings, writer: str, req: RememberItem, now: datetime) -> MemoryDraft:
@@ -57,3 +74,22 @@ async def hold_for_approval(conn: asyncpg.Connection, s: Settings, memory_id: UU
                       payload={"approval_id": str(approval_id), "expires_at": expires_at.isoformat(),
                                "requested_by": writer})
     return approval_id
+
+
+async def end_earlier_sessions(pool: asyncpg.Pool, sessions: list[Session]) -> None:
+    """Expire the STATE memories of each scope's other sessions, after the write that began a
+    session has committed: in a transaction of its own, so remembers of the scope do not queue
+    behind it, and retried when it deadlocks with the pipeline's own row updates. It never
+    fails the write, which is stored already: a STATE left over still ends by its lifetime
+    (LIFETIME_STATE_S), and the failure is logged."""
+    for session in sessions:
+        for attempt in range(1, SESSION_END_ATTEMPTS + 1):
+            try:
+                await repo.end_other_sessions(pool, session.scope, session.session_id, session.at)
+                break
+            except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError) as err:
+                if attempt == SESSION_END_ATTEMPTS:
+                    log.warning("could not end a scope's earlier sessions; their STATE memories end by lifetime",
+                                extra={"session_id": session.session_id, "error": repr(err)})
+                else:
+                    await asyncio.sleep(0.01 * attempt)

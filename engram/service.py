@@ -22,7 +22,7 @@ from engram import drafts
 from engram.domain import auth
 from engram.domain.changes import NO_MODEL, ModelAttribution
 from engram.domain.errors import (
-    Conflict, DatabaseUnavailable, EngramError, NotFound, Unauthenticated, ValidationFailed,
+    Conflict, Contention, DatabaseUnavailable, EngramError, NotFound, Unauthenticated, ValidationFailed,
 )
 from engram.domain.filters import resolve
 from engram.domain.models import (
@@ -60,6 +60,10 @@ def _speaks_domain_errors(method):
     async def calling(*args, **kwargs):
         try:
             return await method(*args, **kwargs)
+        except asyncpg.TransactionRollbackError as err:  # a deadlock or serialization failure: rolled back
+            log.warning("a transaction was rolled back by Postgres", extra={"call": method.__name__,
+                                                                            "error": f"{type(err).__name__}: {err}"})
+            raise Contention("the request met concurrent work and was rolled back, nothing stored: retry it") from err
         except pool_module.UNREACHABLE as err:
             log.warning("the database is out of reach", extra={"call": method.__name__,
                                                                 "error": f"{type(err).__name__}: {err}"})
@@ -76,6 +80,7 @@ class _Written:
     job_id: UUID | None
     duplicate: bool
     approval_id: UUID | None = None  # it waits for this approval (engram.approvals)
+    session: drafts.Session | None = None  # the scope's session it was written in: earlier ones end
 
 
 class MemoryService:
@@ -191,6 +196,8 @@ class MemoryService:
                                             model=model)
         if isinstance(written, RememberResponse):
             return written
+        if written.session is not None:
+            await drafts.end_earlier_sessions(self._pool, [written.session])
         if written.duplicate:
             answer = await self._answer_for_existing(written.memory_id,
                                                      [DUPLICATE])
@@ -236,6 +243,7 @@ class MemoryService:
         valid.sort(key=lambda item: (_scope_order(item[1].scope), normalize(item[1].content)))
         import_id = uuid.uuid4()
         stats = repo.StatsDelta()
+        sessions: dict[tuple, tuple[int, drafts.Session]] = {}  # per scope, the last item's (by index)
         async with self._pool.acquire() as conn:
             async with conn.transaction():
                 await jobs.insert(conn, job_id=import_id, memory_id=None, job_type="import", max_attempts=1,
@@ -253,7 +261,12 @@ class MemoryService:
                         continue
                     stats.merge(item_stats)
                     results[index] = await self._item_answer(conn, principal, index, req, written, down)
+                    if isinstance(written, _Written) and written.session is not None:
+                        scope = _scope_order(req.scope)
+                        if index >= sessions.get(scope, (-1, None))[0]:
+                            sessions[scope] = (index, written.session)
                 await repo.add_stats(conn, stats)
+        await drafts.end_earlier_sessions(self._pool, [s for _, s in sessions.values()])
         stored = sum(r.error is None for r in results.values())
         return RememberBatchResponse(job_id=import_id, stored=stored, failed=len(items) - stored,
                                      results=[results[i] for i in range(len(items))])
@@ -303,9 +316,10 @@ class MemoryService:
             await jobs.insert(conn, job_id=job_id, memory_id=memory_id, job_type="extract",
                               max_attempts=self._settings.extraction_max_attempts, payload=payload,
                               parent_id=parent_id, outcome="raw_saved" if raw_saved else None)
+            session = None
             if draft.session_id is not None and self._settings.trust_and_lifetimes:
-                await repo.end_other_sessions(conn, req.scope, draft.session_id, now)
-            return _Written(memory_id, job_id, duplicate=False, approval_id=approval_id)
+                session = drafts.Session(req.scope, draft.session_id, now)
+            return _Written(memory_id, job_id, duplicate=False, approval_id=approval_id, session=session)
         existing = await repo.find_live_by_hash(conn, req.scope, content_hash(normalize(req.content)))
         if req.idempotency_key:
             await idempotency.rebind(conn, principal.id, req.idempotency_key, existing)

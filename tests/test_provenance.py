@@ -364,6 +364,20 @@ async def test_a_state_ends_when_the_scopes_next_session_begins(app):
     assert elsewhere["memory_id"] in await listed(app, LEE), "another scope's session goes on"
 
 
+async def test_a_bulk_import_ends_sessions_as_its_items_come_in_order(app):
+    first = await app.remember("Kim is on call this week", scope=KIM, memory_type="STATE", session_id="s1",
+                               mode="async")
+    response = await app.post("/api/memory/remember/batch", {"items": [
+        {"content": "Kim is reviewing the budget", "scope": KIM, "memory_type": "STATE", "session_id": "s2"},
+        {"content": "Kim is drafting the roadmap", "scope": KIM, "memory_type": "STATE", "session_id": "s3"},
+    ]})
+    assert response.status_code == 200, response.text
+    budget, roadmap = (r["memory_id"] for r in response.json()["results"])
+    live = await listed(app)
+    assert roadmap in live and first["memory_id"] not in live and budget not in live, \
+        "the import's last session is the scope's current one"
+
+
 async def test_a_requests_own_expiry_replaces_the_types_and_a_past_one_is_refused(app):
     soon = datetime.now(timezone.utc) + 2 * HOUR
     answer = await app.remember("Kim's parking spot today is B12", scope=KIM, type="pattern",

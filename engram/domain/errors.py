@@ -70,6 +70,13 @@ class DatabaseUnavailable(EngramError):
     http_status = 503
 
 
+class Contention(DatabaseUnavailable):
+    """Postgres rolled the request's transaction back, to break a deadlock with concurrent work:
+    nothing was stored; the same request can be retried."""
+
+    type = "contention"
+
+
 class VersionConflict(Conflict):
     """`if_version` is not the memory's version: nothing was changed."""
 

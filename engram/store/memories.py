@@ -402,14 +402,17 @@ async def bump_access(pool: asyncpg.Pool, ids: list[UUID]) -> None:
     )
 
 
-async def end_other_sessions(conn: asyncpg.Connection, scope: Scope, session_id: str, now: datetime) -> None:
+async def end_other_sessions(conn: asyncpg.Connection | asyncpg.Pool, scope: Scope, session_id: str,
+                             now: datetime) -> None:
     """A new session of `scope` ends its earlier ones: their STATE memories expire `now` (their
-    index points are rewritten with it)."""
+    index points are rewritten with it). Rows are locked in id order."""
     await conn.execute(
         """
         UPDATE memories SET expires_at = $5, dense_stale = true, lexical_indexed = false
-        WHERE scope_key = engram_scope_key($1, $2, $3) AND memory_type = 'STATE'
-          AND session_id IS DISTINCT FROM $4 AND (expires_at IS NULL OR expires_at > $5)
+        WHERE id IN (SELECT id FROM memories
+                     WHERE scope_key = engram_scope_key($1, $2, $3) AND memory_type = 'STATE'
+                       AND session_id IS DISTINCT FROM $4 AND (expires_at IS NULL OR expires_at > $5)
+                     ORDER BY id FOR UPDATE)
         """,
         scope.user_id, scope.agent_id, scope.run_id, session_id, now,
     )
