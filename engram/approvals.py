@@ -39,13 +39,14 @@ class Approvals:
         self._control = control
 
     async def list(self, principal: auth.Principal, *, status: str, limit: int) -> ApprovalPage:
-        """Approvals of scopes the caller may see, oldest first, of `status` (pending: the queue)."""
-        principal.require("read")
+        """Approvals of scopes the caller may see, oldest first, of `status` (pending: the queue).
+        Operators only: the queue holds writes kept back as possible poison."""
+        principal.require("approve")
         return ApprovalPage(items=await approvals.page(self._pool, principal.visibility, statuses=[status],
                                                        limit=limit))
 
     async def get(self, principal: auth.Principal, approval_id: UUID) -> Approval:
-        principal.require("read")
+        principal.require("approve")
         return await self._visible(principal, approval_id)
 
     async def decide(self, principal: auth.Principal, approval_id: UUID, req: DecideRequest, *,

@@ -323,10 +323,10 @@ class MemoryChanges:
         if event == "RECOVER":
             if not row["is_deleted"]:
                 raise Conflict(f"memory {memory_id} is not deleted")
-            if row["approval"] in ("pending", "rejected") and not principal.may("approve"):
-                # Else recovering it would get round the approval it waited for, or was refused.
-                raise Forbidden(f"memory {memory_id} was {row['approval']} approval when it was deleted: only an "
-                                "operator may recover it")
+            if row["approval"] == "withdrawn":  # deleted while it waited: recovering it would skip the approval
+                raise Conflict(f"memory {memory_id} was forgotten while it waited for approval: remember it again")
+            if row["approval"] == "rejected":
+                self._approver(principal, row, "recover a rejected write")
             window = timedelta(days=self._settings.tombstone_days)
             if row["deleted_at"] is not None and row["deleted_at"] + window < now:
                 raise Gone(f"memory {memory_id} was deleted at {row['deleted_at'].isoformat()}, more than "
@@ -335,6 +335,8 @@ class MemoryChanges:
         if event == "CONFIRM":
             if row["status"] != "quarantined":
                 raise Conflict(f"memory {memory_id} is not quarantined")
+            if row["approval"] == "quarantined":
+                self._approver(principal, row, "confirm a quarantined write")
             return
         if event in APPROVAL_EVENTS:
             if row["status"] != "pending":
@@ -347,6 +349,8 @@ class MemoryChanges:
         if row["status"] == "pending" and event != "DELETE":
             raise Conflict(f"memory {memory_id} waits for an operator's approval: it cannot change before (forget it "
                            "and remember it again)")
+        if row["approval"] == "quarantined" and row["status"] == "quarantined" and event == "ROLLBACK":
+            self._approver(principal, row, "roll back a quarantined write")
         if row["status"] == "quarantined" and event != "ROLLBACK":
             raise Conflict(f"memory {memory_id} is quarantined (its row did not match its history): an operator "
                            "rolls it back or confirms it first")
@@ -363,10 +367,22 @@ class MemoryChanges:
             raise ManualOverride(f"memory {memory_id} was edited by a person and is locked against automatic "
                                  f"changes until {locked_until.isoformat()}")
 
+    @staticmethod
+    def _approver(principal: auth.Principal, row: asyncpg.Record, what: str) -> None:
+        """Raise Forbidden unless `principal` may decide on the write `row` as its approval would:
+        an operator who did not write it. Else a quarantined or rejected write would reach recall
+        without the approval it was refused."""
+        if not principal.may("approve") or principal.id == row["created_by"]:
+            raise Forbidden(f"memory {row['id']} was held back at approval: only an operator other than its writer "
+                            f"may {what}")
+
     def _sets(self, row: asyncpg.Record, change: _Change, now: datetime) -> dict[str, Any]:
         """The columns `change` sets on `row` (only what differs, for a patch)."""
         if change.event == "DELETE":
-            return {} if row["is_deleted"] else {"is_deleted": True, "deleted_at": now, "status": "deleted"}
+            if row["is_deleted"]:
+                return {}
+            withdrawn = {"approval": "withdrawn"} if row["status"] == "pending" else {}
+            return {"is_deleted": True, "deleted_at": now, "status": "deleted"} | withdrawn
         if change.event == "RECOVER":
             return {"is_deleted": False, "deleted_at": None, "status": "active"}
         if change.event == "APPROVE":

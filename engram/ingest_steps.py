@@ -33,7 +33,7 @@ from engram.store import memories as repo
 log = logging.getLogger(__name__)
 PIPELINE_ACTOR = "system:pipeline"
 KILL_SWITCH = "the kill switch is on: autonomous mutations wait (engram control kill-switch off)"
-AWAITING_APPROVAL = "its memory waits for an operator's approval: no model sees it before (engram pending list)"
+AWAITING_APPROVAL = "its memory waits for an operator's approval: no LLM sees it before (engram pending list)"
 
 
 @dataclass(frozen=True)

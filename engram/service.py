@@ -35,7 +35,7 @@ from engram.control import Control
 from engram.integrity import Integrity
 from engram.recall.pipeline import Recall, RecallOptions
 from engram.settings import Settings
-from engram.store import idempotency, jobs, keys
+from engram.store import approvals, idempotency, jobs, keys
 from engram.store import pool as pool_module
 from engram.store import memories as repo
 
@@ -317,10 +317,13 @@ class MemoryService:
                               max_attempts=self._settings.extraction_max_attempts, payload=payload,
                               parent_id=parent_id, outcome="raw_saved" if raw_saved else None)
             session = None
-            if draft.session_id is not None and self._settings.trust_and_lifetimes:
+            # A write held for approval begins no session: it may yet be rejected.
+            if draft.session_id is not None and self._settings.trust_and_lifetimes and draft.approval is None:
                 session = drafts.Session(req.scope, draft.session_id, now)
             return _Written(memory_id, job_id, duplicate=False, approval_id=approval_id, session=session)
         existing = await repo.find_live_by_hash(conn, req.scope, content_hash(normalize(req.content)))
+        # Said again after it expired: it lives again, as long as this write would have.
+        await repo.renew(conn, existing, draft.expires_at, now)
         if req.idempotency_key:
             await idempotency.rebind(conn, principal.id, req.idempotency_key, existing)
         return _Written(existing, None, duplicate=True)
@@ -340,7 +343,11 @@ class MemoryService:
                                    conn: asyncpg.Connection | None = None) -> RememberResponse:
         job = await jobs.latest_for_memory(conn or self._pool, memory_id)
         status = job.outcome if job is not None and job.outcome else "queued"
-        return RememberResponse(memory_id=memory_id, status=status, job_id=job.id if job else None, warnings=warnings)
+        approval_id = await approvals.waiting_for(conn or self._pool, memory_id)
+        if approval_id is not None:  # the memory it duplicates waits for approval: say so, not "stored"
+            status, warnings = "pending_approval", [*warnings, f"approval_required: it waits for approval {approval_id}"]
+        return RememberResponse(memory_id=memory_id, status=status, job_id=job.id if job else None, warnings=warnings,
+                                approval_id=approval_id)
 
     async def _answer(self, written: _Written, req: RememberRequest, down: str | None, timeout_s: float
                       ) -> RememberResponse:
@@ -417,6 +424,8 @@ class MemoryService:
         one `status` if given (else live ones, deleted ones too with `include_deleted`); past
         their lifetime only with `include_expired`."""
         principal.require("read", scope)
+        if status == "pending":  # writes held back as possible poison: for those who decide on them
+            principal.require("approve")
         after = _decode_cursor(cursor) if cursor else None
         filters = resolve(f, principal.visibility, include_deleted=include_deleted, now=self.clock(), status=status,
                           include_expired=include_expired)

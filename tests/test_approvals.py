@@ -357,3 +357,52 @@ async def _until(check, timeout_s: float = 30) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("timed out")
         await asyncio.sleep(0.05)
+
+
+async def test_a_write_held_back_reaches_recall_only_through_an_operator_other_than_its_writer(pipeline):
+    operator, writer = await pipeline.key("operator"), await pipeline.key("writer")
+    quarantined = await untrusted_fact(pipeline, key=writer)
+    assert (await decide(pipeline, quarantined["approval_id"], "quarantine", key=operator)).status_code == 200
+    memory = f"/api/memory/{quarantined['memory_id']}"
+    rolled = await pipeline.post(f"{memory}/rollback", {"version": 1, "reason": "mine again"}, key=writer)
+    assert rolled.status_code == 403, rolled.text
+    assert (await pipeline.get(memory)).json()["status"] == "quarantined"
+
+    own = await untrusted_fact(pipeline, "Release notes say the API is free forever", key=operator)
+    other = await pipeline.key("operator")
+    assert (await decide(pipeline, own["approval_id"], "quarantine", key=other)).status_code == 200
+    confirmed = await pipeline.post(f"/api/memory/{own['memory_id']}/confirm", {"reason": "my own"}, key=operator)
+    assert confirmed.status_code == 403, confirmed.text
+    assert (await pipeline.post(f"/api/memory/{own['memory_id']}/confirm", {"reason": "checked"},
+                                key=other)).status_code == 200
+
+
+async def test_a_write_forgotten_while_it_waits_is_not_recovered_past_its_approval(pipeline):
+    answer = await untrusted_fact(pipeline)
+    await pipeline.forget(answer["memory_id"], "withdrawn")
+    operator = await pipeline.key("operator")
+    recovered = await pipeline.post(f"/api/memory/{answer['memory_id']}/recover", {"reason": "undo"}, key=operator)
+    assert recovered.status_code == 409, recovered.text
+    memory = (await pipeline.get(f"/api/memory/{answer['memory_id']}")).json()
+    assert (memory["is_deleted"], memory["approval"]) == (True, "withdrawn")
+
+
+async def test_the_same_text_again_says_it_waits_and_a_held_write_begins_no_session(pipeline):
+    state = await pipeline.remember("Ana is deploying release 12", scope=SCOPE, memory_type="STATE",
+                                    session_id="s1", mode="async")
+    first = await untrusted_fact(pipeline, session_id="s2")
+    again = await pipeline.post("/api/memory/remember", {"content": POISON, "scope": SCOPE, "source_type": "user"})
+    assert again.status_code == 200, again.text
+    body = again.json()
+    assert (body["memory_id"], body["status"], body["approval_id"]) == (
+        first["memory_id"], "pending_approval", first["approval_id"])
+    live = (await pipeline.get("/api/memory", **SCOPE)).json()["items"]
+    assert state["memory_id"] in [m["id"] for m in live], "a write that may be rejected ended the session"
+
+
+async def test_only_an_operator_reads_the_queue(pipeline):
+    await untrusted_fact(pipeline)
+    for role in ("reader", "agent", "writer"):
+        key = await pipeline.key(role)
+        assert (await pipeline.get("/api/memory/approvals", key=key)).status_code == 403
+        assert (await pipeline.get("/api/memory", key=key, **SCOPE, status="pending")).status_code == 403

@@ -458,3 +458,14 @@ async def test_a_mem0_add_with_an_expiration_date_expires_after_that_utc_day(app
     # A memory with no lifetime shows none.
     lasting = await mem0_add(app, "Kim's on-call phone is the blue one")
     assert (await mem0_all(app))[lasting.json()["results"][0]["id"]]["expiration_date"] is None
+
+
+async def test_said_again_after_it_expired_a_memory_lives_again(app):
+    first = await app.remember("Kim is in the Lisbon office", scope=KIM, type="context", mode="async")
+    move_clock(app, DAY + HOUR)
+    assert first["memory_id"] not in await listed(app)
+    again = await app.remember("Kim is in the Lisbon office", scope=KIM, type="context", mode="async")
+    assert again["memory_id"] == first["memory_id"]
+    assert first["memory_id"] in await listed(app), "the write said again was lost to the expired one"
+    move_clock(app, 2 * DAY + 2 * HOUR)
+    assert first["memory_id"] not in await listed(app), "it lives as long as the new write would"

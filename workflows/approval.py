@@ -46,6 +46,8 @@ class ApprovalWorkflow:
         try:
             await workflow.wait_condition(lambda: self._decision is not None, timeout=timedelta(seconds=inp.ttl_s))
         except asyncio.TimeoutError:
+            pass
+        if self._decision is None:  # a decision accepted in the same activation as the timer still counts
             timed_out = True
             self._decision = ApprovalDecision(
                 decision=inp.timeout_decision, actor="system:approval", role="agent", path="system:approval",

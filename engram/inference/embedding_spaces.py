@@ -54,6 +54,7 @@ def index_point(memory, vector: np.ndarray | Vector) -> IndexPoint:
         source_type=_get(memory, "source_type"), created_at=_get(memory, "created_at"),
         deleted=_get(memory, "is_deleted"), kind=_get(memory, "kind"), trust=_get(memory, "trust"),
         confidence=_get(memory, "confidence"), expires_at=_get(memory, "expires_at"),
+        memory_type=_get(memory, "memory_type"),
     )
 
 

@@ -30,7 +30,8 @@ from engram.domain.models import SCOPE_PARTS, Scope
 
 log = logging.getLogger(__name__)
 
-_KEYWORD_FIELDS = ("user_id", "agent_id", "run_id", "type", "tags", "who", "source_type", "trust")
+_KEYWORD_FIELDS = ("user_id", "agent_id", "run_id", "type", "tags", "who", "source_type", "trust",
+                   "memory_type")
 _FLOAT_FIELDS = ("created_at", "confidence", "expires_at")
 SPARSE = "bm25"  # the lexical index's one vector: BM25 weights by term id
 Vector = list[float] | dict[int, float]  # dense values, or sparse {term id: weight}
@@ -58,13 +59,14 @@ class IndexPoint:
     trust: str | None = None
     confidence: float | None = None
     expires_at: datetime | None = None
+    memory_type: str | None = None
 
     def payload(self) -> dict:
         # Points written before trust and lifetimes existed lack those fields: each filter on
         # them admits a point without the field, and the re-read of its row decides (_optional).
         lifetime = {} if self.expires_at is None else {"expires_at": self.expires_at.timestamp()}
         return lifetime | {
-            "trust": self.trust, "confidence": self.confidence,
+            "trust": self.trust, "confidence": self.confidence, "memory_type": self.memory_type,
             # Points written before kinds existed have none: "raw" matches them as not "fact".
             "kind": self.kind,
             "user_id": self.user_id, "agent_id": self.agent_id, "run_id": self.run_id,
@@ -89,10 +91,13 @@ def _conditions(scope: Scope, filters: Filters) -> list[tuple[str, object]]:
 
 def _optional(filters: Filters) -> list[tuple[str, object]]:
     """(field, test) of the filters on fields that older points lack: ("trust", [levels]),
-    ("confidence", minimum), ("expires_at", after). A point without the field passes."""
+    ("memory_type", [types]), ("confidence", minimum), ("expires_at", after). A point without
+    the field passes."""
     tests: list[tuple[str, object]] = []
     if filters.trust:
         tests.append(("trust", list(filters.trust)))
+    if filters.memory_types:
+        tests.append(("memory_type", list(filters.memory_types)))
     if filters.min_confidence is not None:
         tests.append(("confidence", filters.min_confidence))
     if not filters.include_expired and filters.now is not None:
@@ -439,7 +444,7 @@ def _edge_filter(scope: Scope, filters: Filters, ids: list[UUID] | None = None):
     if filters.tags:
         must.append(q.FieldCondition("tags", match=q.MatchAny(list(filters.tags))))
     for name, test in _optional(filters):
-        if name == "trust":
+        if name in ("trust", "memory_type"):
             passes = q.FieldCondition(name, match=q.MatchAny(test))
         elif name == "confidence":
             passes = q.FieldCondition(name, range=q.RangeFloat(gte=test))
@@ -473,7 +478,7 @@ def _server_filter(scope: Scope, filters: Filters, ids: list[UUID] | None = None
     if filters.tags:
         must.append(m.FieldCondition(key="tags", match=m.MatchAny(any=list(filters.tags))))
     for name, test in _optional(filters):
-        if name == "trust":
+        if name in ("trust", "memory_type"):
             passes = m.FieldCondition(key=name, match=m.MatchAny(any=test))
         elif name == "confidence":
             passes = m.FieldCondition(key=name, range=m.Range(gte=test))

@@ -76,3 +76,9 @@ async def decide(conn: asyncpg.Connection, approval_id: UUID, *, status: str, by
 
 async def pending_count(conn: asyncpg.Connection | asyncpg.Pool) -> int:
     return await conn.fetchval("SELECT count(*) FROM memory_approvals WHERE status = 'pending'")
+
+
+async def waiting_for(conn: asyncpg.Connection | asyncpg.Pool, memory_id: UUID) -> UUID | None:
+    """The pending approval the memory waits for, if any."""
+    return await conn.fetchval("SELECT id FROM memory_approvals WHERE memory_id = $1 AND status = 'pending'",
+                               memory_id)

@@ -49,7 +49,7 @@ async def next_to_reembed(pool: asyncpg.Pool, model: str, limit: int) -> list[as
     return await pool.fetch(
         """
         SELECT m.id, m.content, m.user_id, m.agent_id, m.run_id, m.type, m.tags, m.who, m.source_type,
-               m.created_at, m.is_deleted, m.kind, m.trust, m.confidence, m.expires_at
+               m.created_at, m.is_deleted, m.kind, m.trust, m.confidence, m.expires_at, m.memory_type
         FROM memories m
         WHERE NOT EXISTS (SELECT 1 FROM memory_embeddings e WHERE e.memory_id = m.id AND e.model = $1)
         ORDER BY m.id LIMIT $2
@@ -92,7 +92,7 @@ async def canonical(conn: asyncpg.Connection | asyncpg.Pool, memory_ids: list[UU
                     ) -> list[asyncpg.Record]:
     """The `model` vectors of `memory_ids` that Postgres holds, with what an index point carries."""
     columns = """m.id, m.user_id, m.agent_id, m.run_id, m.type, m.tags, m.who, m.source_type, m.created_at,
-        m.is_deleted, m.kind, m.trust, m.confidence, m.expires_at"""
+        m.is_deleted, m.kind, m.trust, m.confidence, m.expires_at, m.memory_type"""
     if active:
         return await conn.fetch(
             f"SELECT {columns}, m.embedding FROM memories m WHERE m.id = ANY($1::uuid[]) AND m.embedding_model = $2"

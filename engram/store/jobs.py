@@ -241,7 +241,7 @@ async def end_unapproved(conn: asyncpg.Connection, memory_id: UUID, code: str) -
     rows = await conn.fetch(
         """
         UPDATE memory_jobs SET status = 'done', payload = payload - 'approval', last_error_code = $2,
-            last_error = 'its memory was not approved: no model saw it', lease_owner = NULL,
+            last_error = 'its memory was not approved: no LLM saw it', lease_owner = NULL,
             lease_expires_at = NULL, updated_at = now()
         WHERE memory_id = $1 AND job_type = 'extract' AND status IN ('pending', 'parked') RETURNING id
         """,

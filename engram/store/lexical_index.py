@@ -88,7 +88,7 @@ class ToIndex:
 _TO_INDEX = """
     SELECT m.id, m.version, m.user_id, m.agent_id, m.run_id, m.type, m.tags, m.who, m.source_type,
            m.created_at, m.is_deleted, m.kind, m.token_count, m.scope_key, m.trust, m.confidence,
-           m.expires_at
+           m.expires_at, m.memory_type
     FROM memories m WHERE {which} ORDER BY m.created_at, m.id LIMIT $1
 """
 

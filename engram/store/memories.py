@@ -416,3 +416,13 @@ async def end_other_sessions(conn: asyncpg.Connection | asyncpg.Pool, scope: Sco
         """,
         scope.user_id, scope.agent_id, scope.run_id, session_id, now,
     )
+
+
+async def renew(conn: asyncpg.Connection, memory_id: UUID, expires_at: datetime | None, now: datetime) -> None:
+    """A memory said again after it expired lives again until `expires_at` (None: for good);
+    its index points are rewritten with it. One not expired is left as it is."""
+    await conn.execute(
+        "UPDATE memories SET expires_at = $2, dense_stale = true, lexical_indexed = false"
+        " WHERE id = $1 AND expires_at <= $3",
+        memory_id, expires_at, now,
+    )
