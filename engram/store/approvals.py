@@ -45,12 +45,6 @@ async def get(conn: asyncpg.Connection | asyncpg.Pool, approval_id: UUID, *, loc
     return _approval(row) if row else None
 
 
-async def of_memory(conn: asyncpg.Connection | asyncpg.Pool, memory_id: UUID) -> UUID | None:
-    """The newest approval of a memory."""
-    return await conn.fetchval(
-        "SELECT id FROM memory_approvals WHERE memory_id = $1 ORDER BY created_at DESC LIMIT 1", memory_id)
-
-
 async def page(pool: asyncpg.Pool, visible: Visibility, *, statuses: list[str], limit: int) -> list[Approval]:
     """Approvals in `statuses` whose scope the caller sees, oldest first."""
     where = Where()

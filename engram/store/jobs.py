@@ -235,19 +235,18 @@ async def release_approved(conn: asyncpg.Connection, memory_id: UUID) -> None:
     )
 
 
-async def end_unapproved(conn: asyncpg.Connection, memory_id: UUID, code: str) -> list[UUID]:
+async def end_unapproved(conn: asyncpg.Connection, memory_id: UUID, code: str) -> None:
     """The memory was rejected, quarantined or withdrawn: its extraction never runs. Its job
-    ends `done` with `code`, if it has not ended; the ids of those ended."""
-    rows = await conn.fetch(
+    ends `done` with `code`, if it has not ended."""
+    await conn.execute(
         """
         UPDATE memory_jobs SET status = 'done', payload = payload - 'approval', last_error_code = $2,
             last_error = 'its memory was not approved: no LLM saw it', lease_owner = NULL,
             lease_expires_at = NULL, updated_at = now()
-        WHERE memory_id = $1 AND job_type = 'extract' AND status IN ('pending', 'parked') RETURNING id
+        WHERE memory_id = $1 AND job_type = 'extract' AND status IN ('pending', 'parked')
         """,
         memory_id, code,
     )
-    return [r["id"] for r in rows]
 
 
 async def save_extraction(pool: asyncpg.Pool, job_id: UUID, extraction: dict) -> None:
