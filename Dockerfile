@@ -11,6 +11,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /src
 COPY pyproject.toml ./
 COPY engram ./engram
+COPY engram_grpc ./engram_grpc
 COPY workflows ./workflows
 COPY activities ./activities
 COPY api ./api
@@ -26,6 +27,6 @@ ENV ENGRAM_DATA_DIR=/var/lib/engram
 WORKDIR /var/lib/engram
 USER engram
 
-EXPOSE 8080
+EXPOSE 8080 50051
 ENTRYPOINT ["engram"]
 CMD ["--help"]

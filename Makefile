@@ -13,7 +13,7 @@ LLM_MODEL  := $(or $(ENGRAM_LOCAL_LLM_MODEL_PATH),$(or $(ENGRAM_DATA_DIR),data)/
 LLM_SHA256 := cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
 LLM_PARTS  := $(shell seq 1 22)
 
-.PHONY: up test bench clean llm test-llm
+.PHONY: up test bench clean llm test-llm proto
 
 $(STAMP): pyproject.toml Makefile
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
@@ -73,3 +73,8 @@ test-llm: llm
 
 clean:
 	rm -rf $(VENV) data
+
+# The gRPC API's generated modules (engram_grpc/), from proto/: committed, and checked by
+# tests/test_grpc.py against a fresh generation.
+proto: $(STAMP)
+	$(VENV)/bin/python proto/generate.py

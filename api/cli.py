@@ -1,56 +1,42 @@
-"""`engram`'s commands that speak to the HTTP API (ENGRAM_URL, default http://127.0.0.1:8080)
-with the key from ENGRAM_API_KEY or `$ENGRAM_DATA_DIR/api-key`, and the parser of every
-command. The process commands (up, worker, api) start servers: worker.cli runs those."""
+"""`engram`'s commands that speak to the HTTP API, through the SDK (engram.client: ENGRAM_URL,
+default http://127.0.0.1:8080, with the key from ENGRAM_API_KEY or `$ENGRAM_DATA_DIR/api-key`),
+and the parser of every command. The process commands (up, worker, api, mcp) start servers:
+worker.cli runs those."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import time
 from pathlib import Path
+from typing import Any
 
-import httpx
+from pydantic import BaseModel
 
+from engram.client import IMPORT_SETTLED, JOB_FINISHED, ApiError, ConnectionFailed, Engram
+from engram.client.wire import default_api_key
 from engram.domain.auth import ROLES
 
 
-def _key() -> str:
-    key = os.environ.get("ENGRAM_API_KEY")
-    if key:
-        return key
-    path = Path(os.environ.get("ENGRAM_DATA_DIR", "./data")) / "api-key"
-    if path.exists():
-        return path.read_text().strip()
-    sys.exit("engram: no API key: set ENGRAM_API_KEY or run `engram up` first")
+class _Unreachable(Exception):
+    """The API could not be reached, with what the command had done by then."""
 
 
-def _client() -> httpx.Client:
-    # X-Engram-Client: history records that a change came by the CLI.
-    return httpx.Client(base_url=os.environ.get("ENGRAM_URL", "http://127.0.0.1:8080"),
-                        headers={"Authorization": f"Bearer {_key()}", "X-Engram-Client": "cli"}, timeout=60)
+def _engram() -> Engram:
+    """The SDK's client, as the CLI: history records `path` cli for its changes."""
+    key = default_api_key()
+    if key is None:
+        sys.exit("engram: no API key: set ENGRAM_API_KEY or run `engram up` first")
+    return Engram(api_key=key, client="cli")
 
 
-def _call(method: str, path: str, **kwargs) -> dict:
-    with _client() as client:
-        return _request(client, method, path, **kwargs)
-
-
-def _request(client: httpx.Client, method: str, path: str, *, lead: str = "", unreachable: str = "",
-             **kwargs) -> dict:
-    """The answer's body; exits with the error contract's type and detail on an error status,
-    and with `unreachable` added when the API cannot be reached. `lead` starts either message
-    (a newline ends a progress bar first)."""
-    try:
-        response = client.request(method, path, **kwargs)
-    except httpx.HTTPError as err:
-        sys.exit(f"{lead}engram: cannot reach the API{unreachable}: {err}")
-    body = response.json()
-    if response.status_code >= 400:
-        error = body.get("error", {})
-        sys.exit(f"{lead}engram: {response.status_code} {error.get('type')}: {error.get('detail')}")
-    return body
+def _failed(err: ApiError | ConnectionFailed, *, lead: str = "", unreachable: str = "") -> str:
+    """The message an error exits with: the error contract's status, type and detail, or that
+    the API cannot be reached (`unreachable` says what was done by then). `lead` starts it (a
+    newline ends a progress bar first)."""
+    if isinstance(err, ApiError):
+        return f"{lead}engram: {err.status} {err.type}: {err.detail}"
+    return f"{lead}engram: cannot reach the API{unreachable}: {err}"
 
 
 def _scope_given(args) -> dict:
@@ -64,33 +50,43 @@ def _scope(args) -> dict:
     return scope
 
 
-def _print(body) -> None:
-    print(json.dumps(body, indent=2, default=str))
+def _json(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, list):
+        return [_json(v) for v in value]
+    return value
+
+
+def _print(value) -> None:
+    print(json.dumps(_json(value), indent=2, default=str))
+
+
+def _present(**values) -> dict:
+    """The flags that were given (None: not given, so the server's default applies)."""
+    return {name: value for name, value in values.items() if value is not None}
 
 
 def cmd_remember(args) -> None:
-    body = {"content": args.content, "scope": _scope(args), "mode": args.mode, "tags": args.tag or []}
-    if args.type:
-        body["type"] = args.type
-    if args.idempotency_key:
-        body["idempotency_key"] = args.idempotency_key
-    _print(_call("POST", "/api/memory/remember", json=body))
+    with _engram() as engram:
+        _print(engram.remember(args.content, scope=_scope(args), mode=args.mode, tags=args.tag or [],
+                               idempotency_key=args.idempotency_key, **_present(type=args.type)))
 
 
 def cmd_search(args) -> None:
-    body = {"query": args.query, "scope": _scope(args), "limit": args.limit}
-    if args.time:
-        body["filters"] = {"time": args.time}
-    result = _call("POST", "/api/memory/search", json=body)
+    with _engram() as engram:
+        result = engram.search(args.query, scope=_scope(args), limit=args.limit,
+                               filters={"time": args.time} if args.time else None)
     if args.json:
         _print(result)
         return
-    for hit in result["results"]:
-        print(f"{hit['score']:.3f}  {hit['memory']['id']}  {hit['memory']['content'][:100]}")
+    for hit in result.results:
+        print(f"{hit.score:.3f}  {hit.memory.id}  {hit.memory.content[:100]}")
 
 
 def cmd_get(args) -> None:
-    _print(_call("GET", f"/api/memory/{args.memory_id}"))
+    with _engram() as engram:
+        _print(engram.get(args.memory_id))
 
 
 def _ask(prompt: str) -> str:
@@ -100,87 +96,77 @@ def _ask(prompt: str) -> str:
 
 
 def cmd_modify(args) -> None:
-    body = {"reason": args.reason}
-    for name in ("content", "type", "importance"):
-        if getattr(args, name) is not None:
-            body[name] = getattr(args, name)
-    if args.tag is not None:
-        body["tags"] = args.tag
-    if args.pinned is not None:
-        body["pinned"] = args.pinned
-    if args.if_version is not None:
-        body["if_version"] = args.if_version
-    _print(_call("PATCH", f"/api/memory/{args.memory_id}", json=body))
+    with _engram() as engram:
+        _print(engram.modify(args.memory_id, reason=args.reason, if_version=args.if_version,
+                             **_present(content=args.content, type=args.type, importance=args.importance,
+                                        tags=args.tag, pinned=args.pinned)))
 
 
 def cmd_forget(args) -> None:
     """Soft-delete one memory, after the user types its id back: a yes/no is too easy to give
     by habit. `--confirm <id>` is the same answer for scripts."""
-    with _client() as client:
-        memory = _request(client, "GET", f"/api/memory/{args.memory_id}")
+    with _engram() as engram:
+        memory = engram.get(args.memory_id)
         answer = args.confirm
         if answer is None:
-            pinned = " (PINNED: needs --force, operators only)" if memory.get("pinned") else ""
-            print(f"about to forget {memory['id']}{pinned}:\n  {memory['content'][:200]}", file=sys.stderr)
+            pinned = " (PINNED: needs --force, operators only)" if memory.pinned else ""
+            print(f"about to forget {memory.id}{pinned}:\n  {memory.content[:200]}", file=sys.stderr)
             try:
                 answer = _ask("type the memory's id to confirm: ")
             except EOFError:
                 answer = ""
-        if answer != memory["id"]:
+        if answer != str(memory.id):
             sys.exit("engram: not confirmed: nothing was deleted")
-        params = {"reason": args.reason, "force": str(args.force).lower()}
-        if args.if_version is not None:
-            params["if_version"] = args.if_version
-        _print(_request(client, "DELETE", f"/api/memory/{args.memory_id}", params=params))
+        _print(engram.forget(args.memory_id, reason=args.reason, force=args.force, if_version=args.if_version))
 
 
 def cmd_recover(args) -> None:
-    _print(_call("POST", f"/api/memory/{args.memory_id}/recover", json={"reason": args.reason}))
+    with _engram() as engram:
+        _print(engram.recover(args.memory_id, reason=args.reason))
 
 
 def cmd_rollback(args) -> None:
-    _print(_call("POST", f"/api/memory/{args.memory_id}/rollback", json={"version": args.version,
-                                                                        "reason": args.reason}))
+    with _engram() as engram:
+        _print(engram.rollback(args.memory_id, version=args.version, reason=args.reason))
 
 
 def cmd_confirm(args) -> None:
-    _print(_call("POST", f"/api/memory/{args.memory_id}/confirm", json={"reason": args.reason}))
+    with _engram() as engram:
+        _print(engram.confirm(args.memory_id, reason=args.reason))
 
 
 def cmd_history(args) -> None:
-    body = _call("GET", f"/api/memory/{args.memory_id}/history")
+    with _engram() as engram:
+        history = engram.history(args.memory_id)
     if args.json:
-        _print(body)
+        _print(history)
         return
-    for e in body["events"]:
-        what = e["reason"] or e["decision_reason"] or ""
-        print(f"v{e['version']:<4} {e['event']:<10} {e['created_at'][:19]}  {e['actor_id']} ({e['actor_type']}, "
-              f"{e['path'] or '-'})  {what}")
+    for e in history.events:
+        what = e.reason or e.decision_reason or ""
+        print(f"v{e.version:<4} {e.event:<10} {e.created_at.isoformat()[:19]}  {e.actor_id} ({e.actor_type}, "
+              f"{e.path or '-'})  {what}")
 
 
 def cmd_verify(args) -> None:
-    report = _call("GET", "/api/admin/verify")
+    with _engram() as engram:
+        report = engram.verify()
     _print(report)
-    if not report["ok"]:
+    if not report.ok:
         sys.exit(1)
 
 
 def cmd_batch_forget(args) -> None:
     """Preview a batch forget, show it, and confirm it only after the number of memories it
     holds is typed back (`--confirm N` for scripts)."""
-    body = {"scope": _scope(args), "reason": args.reason, "limit": args.limit, "force": args.force}
-    if args.query:
-        body["query"] = args.query
     filters = {k: v for k, v in (("tags", args.tag), ("type", args.type), ("time", args.time)) if v}
-    if filters:
-        body["filters"] = filters
-    with _client() as client:
-        preview = _request(client, "POST", "/api/memory/forget", json=body)
-        count = len(preview["candidates"])
-        for c in preview["candidates"]:
-            print(f"  {c['id']}  v{c['version']}{'  PINNED' if c['pinned'] else ''}  {c['snippet'][:80]}", file=sys.stderr)
-        print(f"{count} memories (of {preview['total_matched']} matching) in operation {preview['operation_id']}"
-              + (" (needs an operator's approval after you confirm)" if preview["needs_approval"] else ""),
+    with _engram() as engram:
+        preview = engram.forget_preview(scope=_scope(args), reason=args.reason, query=args.query,
+                                        filters=filters or None, limit=args.limit, force=args.force)
+        count = len(preview.candidates)
+        for c in preview.candidates:
+            print(f"  {c.id}  v{c.version}{'  PINNED' if c.pinned else ''}  {c.snippet[:80]}", file=sys.stderr)
+        print(f"{count} memories (of {preview.total_matched} matching) in operation {preview.operation_id}"
+              + (" (needs an operator's approval after you confirm)" if preview.needs_approval else ""),
               file=sys.stderr)
         answer = args.confirm
         if answer is None:
@@ -189,70 +175,70 @@ def cmd_batch_forget(args) -> None:
             except EOFError:
                 answer = ""
         if answer != str(count):
-            sys.exit(f"engram: not confirmed: nothing was deleted ({preview['operation_id']} expires unconfirmed)")
-        _print(_request(client, "POST", f"/api/memory/forget/{preview['operation_id']}/execute",
-                        json={"confirm_token": preview["confirm_token"]}))
+            sys.exit(f"engram: not confirmed: nothing was deleted ({preview.operation_id} expires unconfirmed)")
+        _print(engram.forget_execute(preview.operation_id, confirm_token=preview.confirm_token))
 
 
 def cmd_operation(args) -> None:
-    _print(_call("GET", f"/api/memory/forget/{args.operation_id}"))
+    with _engram() as engram:
+        _print(engram.forget_status(args.operation_id))
 
 
 def cmd_undo(args) -> None:
-    _print(_call("POST", f"/api/memory/forget/{args.operation_id}/undo", json={"reason": args.reason}))
+    with _engram() as engram:
+        _print(engram.forget_undo(args.operation_id, reason=args.reason))
 
 
 def cmd_approvals(args) -> None:
-    if args.approvals_command == "list":
-        for op in _call("GET", "/api/approvals")["items"]:
-            print(f"{op['operation_id']}  {op['total']:>5} memories  by {op['requester']}  {op['reason']}")
-        return
-    _print(_call("POST", f"/api/approvals/{args.operation_id}/{args.approvals_command}", json={"reason": args.reason}))
+    with _engram() as engram:
+        if args.approvals_command == "list":
+            for op in engram.approvals().items:
+                print(f"{op.operation_id}  {op.total:>5} memories  by {op.requester}  {op.reason}")
+            return
+        decide = engram.approve if args.approvals_command == "approve" else engram.reject
+        _print(decide(args.operation_id, reason=args.reason))
 
 
 def cmd_review(args) -> None:
-    if args.review_command == "list":
-        params = {"status": args.status} if args.status else {}
-        for r in _call("GET", "/api/reviews", params=params)["items"]:
-            print(f"{r['id']}  {r['status']:<9}  new: {r['new']['content']!r}"
-                  f"  vs existing: {r['existing']['content']!r}  ({r['reason'] or 'no reason given'})")
-        return
-    body = {"resolution": args.resolution, "reason": args.reason}
-    if args.content:
-        body["content"] = args.content
-    _print(_call("POST", f"/api/reviews/{args.review_id}/resolve", json=body))
+    with _engram() as engram:
+        if args.review_command == "list":
+            for r in engram.reviews(status=args.status).items:
+                print(f"{r.id}  {r.status:<9}  new: {r.new.content!r}"
+                      f"  vs existing: {r.existing.content!r}  ({r.reason or 'no reason given'})")
+            return
+        _print(engram.resolve_review(args.review_id, resolution=args.resolution, reason=args.reason,
+                                     content=args.content or None))
 
 
 def cmd_pending(args) -> None:
-    if args.pending_command == "list":
-        for a in _call("GET", "/api/memory/approvals", params={"status": args.status})["items"]:
-            m = a["memory"]
-            print(f"{a['id']}  {a['status']:<11}  {m['memory_type']:<10} {m['trust']:<12} by {a['requested_by']}"
-                  f"  {m['content']!r}")
-        return
-    _print(_call("POST", f"/api/memory/approvals/{args.approval_id}/decide",
-                 json={"decision": args.pending_command, "reason": args.reason}))
+    with _engram() as engram:
+        if args.pending_command == "list":
+            for a in engram.write_approvals(status=args.status).items:
+                m = a.memory
+                print(f"{a.id}  {a.status:<11}  {m.memory_type:<10} {m.trust:<12} by {a.requested_by}"
+                      f"  {m.content!r}")
+            return
+        _print(engram.decide_write(args.approval_id, decision=args.pending_command, reason=args.reason))
 
 
 def cmd_verify_receipt(args) -> None:
     receipt = json.loads(Path(args.file).read_text())
-    result = _call("POST", "/api/receipts/verify", json=receipt)
+    with _engram() as engram:
+        result = engram.verify_receipt(receipt)
     _print(result)
-    if not result["ok"]:
+    if not result.ok:
         sys.exit(1)
 
 
 def cmd_control(args) -> None:
-    if args.control_command == "status":
-        _print(_call("GET", "/api/control"))
-        return
-    switch, on = {"freeze": ("freeze", True), "unfreeze": ("freeze", False),
-                  "kill-switch": ("kill_switch", args.state == "on")}[args.control_command]
-    body = {"switch": switch, "on": on, "reason": args.reason}
-    scope = _scope_given(args) if switch == "freeze" else {}
-    if scope:
-        body["scope"] = scope
-    _print(_call("POST", "/api/control", json=body))
+    with _engram() as engram:
+        if args.control_command == "status":
+            _print(engram.control())
+            return
+        switch, on = {"freeze": ("freeze", True), "unfreeze": ("freeze", False),
+                      "kill-switch": ("kill_switch", args.state == "on")}[args.control_command]
+        scope = _scope_given(args) if switch == "freeze" else {}
+        _print(engram.set_control(switch, on, reason=args.reason, scope=scope or None))
 
 
 def progress_bar(progress: dict, width: int = 30) -> str:
@@ -263,14 +249,13 @@ def progress_bar(progress: dict, width: int = 30) -> str:
 
 
 def cmd_jobs(args) -> None:
-    job = _call("GET", f"/api/memory/jobs/{args.job_id}")
-    while args.watch and job["status"] not in ("done", "dead"):
-        if job.get("progress"):
-            print("\r" + progress_bar(job["progress"]), end="", file=sys.stderr, flush=True)
-        time.sleep(1)
-        job = _call("GET", f"/api/memory/jobs/{args.job_id}")
-    if job.get("progress"):
-        print("\r" + progress_bar(job["progress"]), file=sys.stderr)
+    with _engram() as engram:
+        snapshots = engram.watch_job(args.job_id) if args.watch else [engram.job(args.job_id)]
+        for job in snapshots:
+            if job.progress and job.status not in JOB_FINISHED:
+                print("\r" + progress_bar(job.progress), end="", file=sys.stderr, flush=True)
+    if job.progress:
+        print("\r" + progress_bar(job.progress), file=sys.stderr)
     _print(job)
 
 
@@ -299,65 +284,72 @@ def cmd_import(args) -> None:
     items = list(_import_items(path, _scope_given(args) or None))
     stored = failed = 0
     job_ids = []
-    with _client() as client:
+    with _engram() as engram:
         for start in range(0, len(items), args.batch_size):
             chunk = items[start:start + args.batch_size]
-            body = _request(client, "POST", "/api/memory/remember/batch", json={"items": [item for _, item in chunk]},
-                            lead="\n", unreachable=f" after {stored} stored")
-            job_ids.append(body["job_id"])
-            stored += body["stored"]
-            failed += body["failed"]
-            for result in body["results"]:
-                if result.get("error"):
-                    line = chunk[result["index"]][0]
-                    print(f"\rline {line}: {result['error']['type']}: {result['error']['detail']}", file=sys.stderr)
+            try:  # each batch has its own Idempotency-Key, so the SDK's retries store nothing twice
+                body = engram.remember_batch([item for _, item in chunk])
+            except (ApiError, ConnectionFailed) as err:
+                sys.exit(_failed(err, lead="\n", unreachable=f" after {stored} stored"))
+            job_ids.append(body.job_id)
+            stored += body.stored
+            failed += body.failed
+            for result in body.results:
+                if result.error:
+                    line = chunk[result.index][0]
+                    print(f"\rline {line}: {result.error.type}: {result.error.detail}", file=sys.stderr)
             print("\r" + progress_bar({"done": start + len(chunk), "total": len(items)}) + " sent",
                   end="", file=sys.stderr, flush=True)
         print(file=sys.stderr)
-        while args.wait and job_ids:
-            jobs = [client.get(f"/api/memory/jobs/{job_id}").json() for job_id in job_ids]
-            done = sum(j["progress"]["done"] for j in jobs)
-            parked = sum(j["progress"].get("parked", 0) for j in jobs)
-            total = sum(j["progress"]["total"] for j in jobs)
-            print("\r" + progress_bar({"done": done, "total": total}) + f" processed, {parked} parked",
-                  end="", file=sys.stderr, flush=True)
-            if done + parked >= total:
-                print(file=sys.stderr)
-                break
-            time.sleep(1)
-    _print({"stored": stored, "failed": failed, "jobs": job_ids})
+        if args.wait:
+            _watch_imports(engram, [job_id for job_id in job_ids if job_id is not None])
+    _print({"stored": stored, "failed": failed, "jobs": [str(j) if j else None for j in job_ids]})
     if failed:
         sys.exit(1)
 
 
+def _watch_imports(engram: Engram, job_ids: list) -> None:
+    """One progress bar over every import job, until each has every item through or parked."""
+    latest = {job_id: engram.job(job_id) for job_id in job_ids}
+    for job_id in job_ids:
+        for job in engram.watch_job(job_id, until=IMPORT_SETTLED):
+            latest[job_id] = job
+            counts = [j.progress or {} for j in latest.values()]
+            done, parked = sum(c.get("done", 0) for c in counts), sum(c.get("parked", 0) for c in counts)
+            print("\r" + progress_bar({"done": done, "total": sum(c.get("total", 0) for c in counts)})
+                  + f" processed, {parked} parked", end="", file=sys.stderr, flush=True)
+    if job_ids:
+        print(file=sys.stderr)
+
+
 def cmd_status(args) -> None:
-    try:
-        with _client() as client:
-            response = client.get("/readyz")
-    except httpx.HTTPError as err:
-        sys.exit(f"engram: cannot reach the API: {err}")
-    _print(response.json())
-    if response.status_code != 200:
+    with _engram() as engram:
+        readiness = engram.readiness()
+    _print(readiness)
+    if not readiness.ready:
         sys.exit(1)
 
 
 def cmd_keys_create(args) -> None:
-    _print(_call("POST", "/api/keys", json={"name": args.name, "role": args.role, "scopes": args.scope}))
+    with _engram() as engram:
+        _print(engram.create_key(args.name, role=args.role, scopes=args.scope))
 
 
 def cmd_keys_list(args) -> None:
-    items = _call("GET", "/api/keys")["items"]
+    with _engram() as engram:
+        items = engram.keys().items
     if args.json:
         _print(items)
         return
     print(f"{'id':36}  {'name':20}  {'role':6}  {'state':7}  scopes")
     for key in items:
-        state = "revoked" if key["revoked_at"] else "active"
-        print(f"{key['id']:36}  {key['name'][:20]:20}  {key['role']:6}  {state:7}  {' '.join(key['scopes'])}")
+        state = "revoked" if key.revoked_at else "active"
+        print(f"{str(key.id):36}  {key.name[:20]:20}  {key.role:6}  {state:7}  {' '.join(key.scopes)}")
 
 
 def cmd_keys_revoke(args) -> None:
-    key = _call("DELETE", f"/api/keys/{args.key_id}")
+    with _engram() as engram:
+        key = _json(engram.revoke_key(args.key_id))
     print(f"revoked {key['id']} ({key['name']}) at {key['revoked_at']}")
 
 
@@ -373,6 +365,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("up", help="run the whole service on the embedded stack")
     sub.add_parser("worker", help="run the Temporal worker and outbox dispatcher (scaled deployment)")
     sub.add_parser("api", help="run the HTTP API (scaled deployment)")
+    p = sub.add_parser("mcp", help="serve the Model Context Protocol to agents (stdio or streamable HTTP)")
+    p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    p.add_argument("--host", default="127.0.0.1", help="the streamable HTTP transport's address")
+    p.add_argument("--port", type=int, default=8090, help="the streamable HTTP transport's port")
+    p.add_argument("--url", help="the Engram API (default ENGRAM_URL, else http://127.0.0.1:8080)")
+    p.add_argument("--api-key", help="the Engram key the tools act with (default ENGRAM_API_KEY; over stdio "
+                                     "also $ENGRAM_DATA_DIR/api-key; over http a request's own Bearer "
+                                     "key comes first)")
 
     p = sub.add_parser("remember", help="remember a text")
     p.add_argument("content")
@@ -545,9 +545,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-PROCESS_COMMANDS = ("up", "worker", "api")  # started by worker.cli, the `engram` entry point
+PROCESS_COMMANDS = ("up", "worker", "api", "mcp")  # started by worker.cli, the `engram` entry point
 
 
 def run(args: argparse.Namespace) -> None:
-    """Run one of the API client commands (every command but PROCESS_COMMANDS)."""
-    args.func(args)
+    """Run one of the API client commands (every command but PROCESS_COMMANDS). An error answer
+    exits with `engram: <status> <type>: <detail>`; an API out of reach with `engram: cannot
+    reach the API: ...` (after the SDK's retries)."""
+    try:
+        args.func(args)
+    except (ApiError, ConnectionFailed) as err:
+        sys.exit(_failed(err))

@@ -19,12 +19,12 @@ from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from api.body_limit import BodyLimit
-from api.errors import ErrorBody, error_body
+from api.errors import ErrorBody, describe_validation, error_body
 from api.mem0 import router as mem0_router
 from api.request_context import RequestContext
 from engram.domain.auth import Principal
@@ -38,8 +38,9 @@ from engram.domain.provenance import MemoryType, Trust
 from engram.domain.reviews import ResolveRequest, Review, ReviewPage
 from engram.domain.errors import DatabaseUnavailable, EngramError, RateLimited, VersionConflict
 from engram.domain.forget import (
-    Decision, ForgetExecute, ForgetPreview, ForgetRequest, ForgetStatus, OperationList, UndoResult,
+    Decision, ForgetExecute, ForgetPreview, ForgetRequest, ForgetStatus, OperationList, ReceiptCheck, UndoResult,
 )
+from engram.domain.health import Readiness
 from engram.domain.models import (
     MAX_LIMIT, ApiKey, CreatedKey, Job, KeyList, KeyRequest, Memory, MemoryPage, RememberBatchRequest,
     RememberBatchResponse, RememberRequest, RememberResponse, Scope, ScopeId, SearchFilters, SearchRequest,
@@ -48,11 +49,6 @@ from engram.domain.models import (
 
 log = logging.getLogger("engram.http")
 MAX_BODY_BYTES = 1 << 20
-
-
-class Readiness(BaseModel):
-    ready: bool
-    components: dict[str, Any]
 
 
 _MEANING = {
@@ -73,17 +69,6 @@ _MEANING = {
 
 def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {status: {"model": ErrorBody, "description": _MEANING[status]} for status in statuses}
-
-
-def _describe_validation(errors: list[dict]) -> str:
-    parts = []
-    for err in errors:
-        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")  # "query.tags.1" stays
-        message = err.get("msg", "invalid").removeprefix("Value error, ")
-        if err.get("type") == "json_invalid":
-            message = f"the body is not valid JSON ({err.get('ctx', {}).get('error', 'decode error')})"
-        parts.append(f"{where or 'body'}: {message}")
-    return "; ".join(parts)
 
 
 def _allowed_methods(app: FastAPI, request: Request) -> list[str]:
@@ -118,11 +103,6 @@ def write_approvals(request: Request):
 
 OperationId = Annotated[str, Path(pattern=r"^forget-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
                                   max_length=43)]
-
-
-class ReceiptCheck(BaseModel):
-    ok: bool
-    problems: list[str]
 
 
 def _change_context(
@@ -197,11 +177,11 @@ def create_app(runtime_factory) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError):
-        return error_body(422, "validation_error", _describe_validation(exc.errors()))
+        return error_body(422, "validation_error", describe_validation(exc.errors()))
 
     @app.exception_handler(ValidationError)
     async def _invalid_model(_: Request, exc: ValidationError):
-        return error_body(422, "validation_error", _describe_validation(exc.errors()))
+        return error_body(422, "validation_error", describe_validation(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):

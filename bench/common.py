@@ -118,6 +118,7 @@ def _launch(data: Path, env: dict[str, str] | None, log_path: Path):
     child_env.update({
         "ENGRAM_DATA_DIR": str(data),
         "ENGRAM_HTTP_PORT": str(http_port),
+        "ENGRAM_GRPC_PORT": str(free_port()),
         "ENGRAM_TEMPORAL_GRPC_PORT": str(free_port()),
         "ENGRAM_TEMPORAL_UI_PORT": str(free_port()),
         "ENGRAM_EMBEDDED_POSTGRES_PORT": str(free_port()),

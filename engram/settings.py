@@ -27,6 +27,10 @@ class Settings(BaseSettings):
     http_host: str = "127.0.0.1"
     http_port: int = 8080
 
+    # gRPC gateway, served by the same API process (not Temporal's port: temporal_grpc_port).
+    grpc_host: str = "127.0.0.1"
+    grpc_port: int = 50051
+
     # System of record. Empty: `engram up` starts embedded Postgres under data_dir.
     postgres_dsn: str = ""
     embedded_postgres_port: int = 55432

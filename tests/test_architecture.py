@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("engram", "api", "worker", "workflows", "activities")
+PACKAGES = ("engram", "engram_grpc", "api", "worker", "workflows", "activities")
 
 
 def test_import_contracts_hold():

@@ -201,6 +201,16 @@ def test_api_publishes_the_http_port_it_listens_on(services, api_settings):
         f"the api listens on {api_settings.http_port} (Settings.http_port) but publishes {services['api'].get('ports')}")
 
 
+def test_api_publishes_the_grpc_port_it_listens_on(services, api_settings):
+    assert api_settings.grpc_host == "0.0.0.0", (
+        f"the gRPC API listens on {api_settings.grpc_host}, unreachable from outside its container")
+    assert api_settings.grpc_port != api_settings.http_port, "the gRPC and HTTP APIs share a port"
+    assert api_settings.grpc_port in container_ports(services["api"]), (
+        f"the gRPC API listens on {api_settings.grpc_port} (Settings.grpc_port) but the api publishes "
+        f"{services['api'].get('ports')}")
+    assert api_settings.grpc_port in published_ports(services["api"]), "the gRPC port is not published"
+
+
 def test_named_volumes_are_declared_at_top_level(compose, services):
     declared = set(compose.get("volumes") or {})
     for name, service in services.items():

@@ -1,5 +1,5 @@
-"""`engram`, the console script: the process commands (up, worker, api) start servers here; every
-other command is an API client (api.cli)."""
+"""`engram`, the console script: the process commands (up, worker, api, mcp) start servers here;
+every other command is an API client (api.cli)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,10 @@ def main(argv: list[str] | None = None) -> None:
         from worker.main import api_main
 
         api_main()
+    elif args.command == "mcp":
+        from api.mcp_server import main as mcp_main
+
+        mcp_main(args)
     else:
         cli.run(args)
 

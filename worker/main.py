@@ -16,6 +16,7 @@ import signal
 
 import uvicorn
 
+from api.grpc.server import serving as serving_grpc
 from api.http import create_app
 from engram import logs
 from engram.domain.errors import ConfigError
@@ -49,7 +50,8 @@ async def run_worker(settings: Settings) -> None:
 
 
 def run_api(settings: Settings) -> None:
-    """Serve the HTTP API until SIGINT/SIGTERM."""
+    """Serve the HTTP API, and the gRPC API on its own port over the same runtime, until
+    SIGINT/SIGTERM."""
 
     @contextlib.asynccontextmanager
     async def runtime_factory():
@@ -58,7 +60,8 @@ def run_api(settings: Settings) -> None:
         try:
             if settings.dev_api_key:  # the deployment's first admin key
                 await runtime.install_admin_key(settings.dev_api_key, name="bootstrap")
-            yield runtime
+            async with serving_grpc(runtime, settings.grpc_host, settings.grpc_port):
+                yield runtime
         finally:
             await runtime.close()
 

@@ -81,7 +81,8 @@ async def up(settings: Settings) -> None:
         key = await ensure_dev_key(settings)
         env = {**os.environ, "ENGRAM_POSTGRES_DSN": settings.postgres_dsn,
                "ENGRAM_TEMPORAL_ADDRESS": settings.temporal_address, "ENGRAM_DATA_DIR": str(settings.data_dir)}
-        wait_until_free(settings.http_port)  # a killed predecessor's API may still hold it
+        wait_until_free(settings.http_port)  # a killed predecessor's API may still hold them
+        wait_until_free(settings.grpc_port)
         for role in ("worker", "api"):
             services[role] = EngramChild(role, env)
             services[role].start()
@@ -124,6 +125,7 @@ def _announce(settings: Settings, key: str) -> None:
     print(
         "\nEngram is up.\n"
         f"  HTTP API      http://{settings.http_host}:{settings.http_port}   (GET /readyz)\n"
+        f"  gRPC API      {settings.grpc_host}:{settings.grpc_port}   (engram.memory.v1; health and reflection)\n"
         f"  Postgres      {settings.postgres_dsn}\n"
         f"  Temporal      {settings.temporal_address}   Web UI {ui}\n"
         f"  Qdrant        {settings.qdrant_url or settings.data_dir / 'qdrant'}\n"

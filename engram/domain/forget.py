@@ -119,6 +119,13 @@ class UndoResult(BaseModel):
     not_recovered: list[dict[str, Any]]  # {id, why}: changed since the forget, recovered already, ...
 
 
+class ReceiptCheck(BaseModel):
+    """An erasure receipt checked: `ok` when its signature and every DELETE it names hold."""
+
+    ok: bool
+    problems: list[str]
+
+
 def canonical(fields: dict[str, Any]) -> bytes:
     return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode()
 
