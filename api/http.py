@@ -407,8 +407,9 @@ def create_app(runtime_factory) -> FastAPI:
 
     @app.get("/api/control", response_model=ControlStatus, responses=_errors(401, 503))
     async def control_status(request: Request, caller: Caller):
-        """The operational switches: the mutation freeze (global and per scope) and the kill switch."""
-        return await request.app.state.runtime.control.status()
+        """The operational switches: the mutation freeze (global and per scope) and the kill switch.
+        A key without `maintenance` sees only the scope freezes that can hold its own memories."""
+        return await request.app.state.runtime.control.status_for(caller)
 
     @app.post("/api/control", response_model=ControlStatus, responses=_errors(401, 403, 413, 422, 503))
     async def control_change(body: SwitchChange, request: Request, caller: Caller):

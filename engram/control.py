@@ -55,6 +55,17 @@ class Control:
                 frozen_scopes=[FrozenScope.model_validate(dict(s)) for s in scopes]))
         return self._cached[1]
 
+    async def status_for(self, principal: auth.Principal) -> ControlStatus:
+        """The switches as `principal` may see them: operators (`maintenance`) every scope's
+        freeze; other keys only the freezes that can hold a memory they see, so a key bounded to
+        one user learns no other tenant's scope ids or freeze reasons."""
+        state = await self.status()
+        if principal.may("maintenance"):
+            return state
+        sees = principal.visibility
+        return state.model_copy(update={"frozen_scopes": [
+            s for s in state.frozen_scopes if sees.admits(s.user_id, s.agent_id, s.run_id)]})
+
     async def change(self, principal: auth.Principal, req: SwitchChange) -> ControlStatus:
         """Flip a switch through the ControlWorkflow. Operators only; raises Forbidden."""
         principal.require("maintenance")

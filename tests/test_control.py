@@ -98,6 +98,17 @@ async def test_a_scope_freeze_holds_that_scope_and_the_scopes_inside_it_only(app
     assert [(s["user_id"], s["agent_id"]) for s in status["frozen_scopes"]] == [("alice", None)]
 
 
+async def test_a_key_bounded_to_one_user_sees_only_the_freezes_that_hold_its_memories(app):
+    await _switch(app, switch="freeze", on=True, scope=ALICE)
+    await _switch(app, switch="freeze", on=True, scope={"user_id": "bob"})
+    await _switch(app, switch="freeze", on=True, scope={"agent_id": "x"})
+    bob = await app.key("writer", scopes=["user:bob", "agent:*"])
+    seen = (await app.get("/api/control", key=bob)).json()["frozen_scopes"]
+    assert {(s["user_id"], s["agent_id"]) for s in seen} == {("bob", None), (None, "x")}
+    everything = (await app.get("/api/control")).json()["frozen_scopes"]
+    assert len(everything) == 3
+
+
 async def test_only_operators_flip_a_switch_and_each_change_needs_a_reason(app):
     writer = await app.key("writer")
     refused = await app.post("/api/control", {"switch": "freeze", "on": True, "reason": "x"}, key=writer)

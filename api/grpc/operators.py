@@ -56,7 +56,7 @@ class Approvals(Servicer, memory_pb2_grpc.ApprovalServiceServicer):
 class Control(Servicer, memory_pb2_grpc.ControlServiceServicer):
     @unary
     async def GetControl(self, request, call: Call) -> pb.ControlStatus:
-        return reply(pb.ControlStatus, await self.runtime.control.status())
+        return reply(pb.ControlStatus, await self.runtime.control.status_for(call.principal))
 
     @unary
     async def ChangeControl(self, request: pb.SwitchChange, call: Call) -> pb.ControlStatus:
