@@ -23,6 +23,7 @@ version conflict), so a client reads what the HTTP error body says.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import math
@@ -126,6 +127,23 @@ def _log(call: Call, method: str, started: float) -> None:
     code = call.context.code() or grpc.StatusCode.OK
     log.info("request", extra={"request_id": call.request_id, "path": method, "status": getattr(code, "name", code),
                                "latency_ms": round((time.perf_counter() - started) * 1e3, 2)})
+
+
+WATCH_POLL_S = 0.25  # how often a Watch stream reads what it watches
+
+
+async def watch(read, ends: tuple[str, ...]):
+    """Yield what `read()` answers, first and then each time it changes, until its `status` is
+    one of `ends` (that last state included). Errors of `read` propagate to the stream."""
+    last = None
+    while True:
+        state = await read()
+        if state != last:
+            yield state
+            last = state
+        if state.status in ends:
+            return
+        await asyncio.sleep(WATCH_POLL_S)
 
 
 def unary(method):

@@ -3,16 +3,14 @@ approvals and erasure receipts; each method is its HTTP route's translation (api
 
 from __future__ import annotations
 
-import asyncio
 
-from api.grpc.calls import Call, Servicer, streaming, unary
+from api.grpc.calls import Call, Servicer, streaming, unary, watch
 from api.grpc.convert import reply, request_dict
 from api.grpc.params import checked, operation_id
 from engram.domain.forget import Decision, ForgetExecute, ForgetRequest, ReceiptCheck
 from engram_grpc.memory.v1 import memory_pb2 as pb
 from engram_grpc.memory.v1 import memory_pb2_grpc
 
-WATCH_POLL_S = 0.25  # how often a WatchOperation stream looks at its operation
 OPERATION_ENDS = ("done", "expired", "rejected", "stale", "dry_run")
 
 
@@ -40,15 +38,9 @@ class Forgets(Servicer, memory_pb2_grpc.ForgetServiceServicer):
     @streaming
     async def WatchOperation(self, request: pb.GetForgetRequest, call: Call):
         """The operation, then each change of it, until it has ended (OPERATION_ENDS)."""
-        op, last = operation_id(request.operation_id), None
-        while True:
-            status = await self.forgets.status(call.principal, op)
-            if status != last:
-                yield reply(pb.ForgetStatus, status)
-                last = status
-            if status.status in OPERATION_ENDS:
-                return
-            await asyncio.sleep(WATCH_POLL_S)
+        op = operation_id(request.operation_id)
+        async for status in watch(lambda: self.forgets.status(call.principal, op), OPERATION_ENDS):
+            yield reply(pb.ForgetStatus, status)
 
     @unary
     async def UndoForget(self, request: pb.DecideForgetRequest, call: Call) -> pb.UndoResult:

@@ -3,9 +3,8 @@ one, their jobs and history; each method is its HTTP route's translation (api/ht
 
 from __future__ import annotations
 
-import asyncio
 
-from api.grpc.calls import PATH, Call, Servicer, streaming, unary
+from api.grpc.calls import PATH, Call, Servicer, streaming, unary, watch
 from api.grpc.convert import reply, request_dict
 from api.grpc.params import ForgetParams, ListParams, checked, uuid_of
 from engram.domain.changes import ConfirmRequest, MemoryPatch, ModifyBatchRequest, RecoverRequest, RollbackRequest
@@ -13,7 +12,6 @@ from engram.domain.models import RememberBatchRequest, RememberRequest, Scope, S
 from engram_grpc.memory.v1 import memory_pb2 as pb
 from engram_grpc.memory.v1 import memory_pb2_grpc
 
-WATCH_POLL_S = 0.25  # how often a WatchJob stream looks at its job
 JOB_ENDS = ("done", "dead")
 
 
@@ -69,15 +67,9 @@ class Memories(Servicer, memory_pb2_grpc.MemoryServiceServicer):
     @streaming
     async def WatchJob(self, request: pb.GetJobRequest, call: Call):
         """The job, then each change of it, until it is done or dead."""
-        job_id, last = uuid_of(request.job_id, "job_id"), None
-        while True:
-            job = await self.service.job(call.principal, job_id)
-            if job != last:
-                yield reply(pb.Job, job)
-                last = job
-            if job.status in JOB_ENDS:
-                return
-            await asyncio.sleep(WATCH_POLL_S)
+        job_id = uuid_of(request.job_id, "job_id")
+        async for job in watch(lambda: self.service.job(call.principal, job_id), JOB_ENDS):
+            yield reply(pb.Job, job)
 
     @unary
     async def ModifyMemory(self, request: pb.ModifyMemoryRequest, call: Call) -> pb.Memory:
