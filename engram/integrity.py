@@ -31,8 +31,13 @@ class Integrity:
         ids (ones quarantined earlier are not judged again)."""
         if not memory_ids:
             return set()
-        found = await history.rows_with_newest(self._pool, memory_ids)
-        suspect = {r["id"]: why for r in found if r["status"] != "quarantined"
+        return await self.judge(await history.rows_with_newest(self._pool, memory_ids), request_id=request_id)
+
+    async def judge(self, rows: list, *, request_id: str | None = None) -> set[UUID]:
+        """`check` of rows already read with their chain heads (history.SEAL_COLUMNS and the
+        state fields, in one snapshot): a search reads its results that way, in the statement
+        that reads them anyway. Only a row that does not match is read again, under its lock."""
+        suspect = {r["id"]: why for r in rows if r["status"] != "quarantined"
                    and (why := chain.newest_mismatch(r, history.newest_of(r))) is not None}
         quarantined = set()
         for memory_id in suspect:

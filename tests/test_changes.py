@@ -154,6 +154,21 @@ async def test_a_row_edited_behind_the_service_is_quarantined_on_read_and_leaves
     assert (await app.get("/api/admin/verify")).json()["ok"]
 
 
+async def test_a_search_quarantines_a_tampered_result_it_reads_and_a_spare_takes_its_place(app):
+    scope = {"user_id": "tamper-search"}
+    tampered = await _raw(app, "the invoice total is 120 euros", scope)
+    other = await _raw(app, "the invoice was paid in March", scope)
+    await app.pool.execute("UPDATE memories SET content = 'the invoice total is 120 euros and a bonus' WHERE id = $1",
+                           uuid.UUID(tampered["id"]))
+    response = await app.post("/api/memory/search", {"query": "invoice total", "scope": scope, "limit": 1,
+                                                     "explain": True})
+    assert [h["memory"]["id"] for h in response.json()["results"]] == [other["id"]]
+    assert response.json()["explain"]["verify"]["checked"] == 2
+    events = (await app.get(f"/api/memory/{tampered['id']}/history")).json()["events"]
+    assert (events[-1]["event"], events[-1]["actor_id"]) == ("QUARANTINE", "system:verify")
+    assert (await app.get(f"/api/memory/{tampered['id']}")).json()["status"] == "quarantined"
+
+
 async def test_an_operator_may_confirm_a_quarantined_row(app):
     memory = await _raw(app, "meeting moved to Tuesday")
     await app.pool.execute("UPDATE memories SET tags = '{urgent}', content = 'meeting moved to Wednesday'"

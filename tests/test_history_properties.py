@@ -30,10 +30,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
+from engram.domain import chain
 from engram.domain.text import bm25_terms
 from tests.conftest import App
 
@@ -495,3 +496,20 @@ async def test_a_patch_to_an_importance_a_real_tells_apart_is_applied(app):
     changed = await _patch(app, answer["memory_id"], {"importance": 0.5000001})
     assert changed.status_code == 200, changed.text
     assert (changed.json()["version"], _float32(changed.json()["importance"])) == (2, _float32(0.5000001))
+
+
+_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.floats(-2, 2, allow_nan=False) | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=2),
+    max_leaves=6)
+
+
+@given(_JSONISH, _JSONISH)
+@settings(max_examples=500, deadline=None)
+def test_a_state_field_compares_equal_exactly_when_its_canonical_encodings_do(row_value, recorded):
+    """chain._same_field's shortcut for strings, bools, None and string lists says what comparing
+    the canonical encodings would: True and 1, "1" and 1, [] and None stay apart."""
+    for name in ("content", "tags", "metadata", "pinned"):
+        encoded = chain.encode({"state": {name: row_value}}) == chain.encode({"state": {name: recorded}})
+        assert chain._same_field(name, row_value, recorded) == encoded
+        assert chain._same_field(name, row_value, row_value)

@@ -21,7 +21,7 @@ async def test_explain_shows_every_stage_with_its_timing(app):
     response = await app.post("/api/memory/search", {"query": "bread baking", "scope": {"user_id": "r"},
                                                      "explain": True, "rerank": True})
     explain = response.json()["explain"]
-    assert list(explain) == STAGES + ["rerank", "verify"]
+    assert list(explain) == STAGES + ["verify", "rerank"]
     assert explain["verify"]["checked"] == 1
     assert all(stage["ms"] >= 0 for stage in explain.values())
     assert explain["embed_query"]["model"] == DEFAULT_MODEL

@@ -252,7 +252,7 @@ class EdgeIndex:
             with_vector=[self._vector_name] if with_vectors else False,
         )
         points = await asyncio.to_thread(self._shard.query, request)
-        return [VectorHit(UUID(str(p.id)), float(p.score), _from_stored(p.vector[self._vector_name]) if with_vectors
+        return [VectorHit(_point_id(p.id), float(p.score), _from_stored(p.vector[self._vector_name]) if with_vectors
                           else None) for p in points]
 
     async def count(self) -> int:
@@ -388,7 +388,7 @@ class QdrantServerIndex:
             query_filter=_server_filter(scope, filters, ids), limit=limit, with_payload=False,
             with_vectors=[self._vector_name] if with_vectors else False,
         )
-        return [VectorHit(UUID(str(p.id)), float(p.score), _from_stored(p.vector[self._vector_name]) if with_vectors
+        return [VectorHit(_point_id(p.id), float(p.score), _from_stored(p.vector[self._vector_name]) if with_vectors
                           else None) for p in result.points]
 
     async def count(self) -> int:
@@ -418,6 +418,12 @@ def _server_vector(vector: Vector):
     if isinstance(vector, dict):
         return m.SparseVector(indices=list(vector), values=[float(v) for v in vector.values()])
     return list(vector)
+
+
+def _point_id(point_id) -> UUID:
+    """A point's id as a UUID: qdrant-edge gives one already (parsing its text again cost about
+    a third of a 125-hit query's time), a Qdrant server its text."""
+    return point_id if isinstance(point_id, UUID) else UUID(str(point_id))
 
 
 def _from_stored(vector) -> Vector:

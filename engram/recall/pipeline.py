@@ -7,8 +7,9 @@ reranker first and the rest follow in that order.
 
 Stage 1's two legs overlap: Postgres scores BM25 while the query is embedded (in a thread) and
 the vector index is searched, so `explain`'s `embed_query` + `dense` and `bm25` run side by side.
-Ranking reads a few columns per candidate (`fetch`); the full rows are read for the results
-only (`rows`). No pooled connection is held while the query is embedded or reranked.
+Ranking reads a few columns per candidate (`fetch`); the full rows are read for the results only
+(`rows`), with their chain heads, so verifying them (`verify`) takes no statement of its own.
+No pooled connection is held while the query is embedded or reranked.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from uuid import UUID
@@ -34,6 +36,7 @@ from engram.store import memories as repo
 
 
 SPARE_ROWS = 5
+Verify = Callable[[list[asyncpg.Record]], Awaitable[set[UUID]]]  # rows read with their chain heads -> quarantined
 
 
 @dataclass
@@ -63,6 +66,21 @@ class RecallOptions:
     rerank_top_n: int
 
 
+async def _verified(hits: list[SearchHit], sealed: list[asyncpg.Record], wanted: int, verify: Verify
+                    ) -> tuple[list[SearchHit], int]:
+    """The first `wanted` of `hits` that `verify` passes, and how many it judged: a spare is
+    judged only when one before it was quarantined."""
+    rows = {r["id"]: r for r in sealed}
+    kept: list[SearchHit] = []
+    checked = 0
+    while hits and len(kept) < wanted:
+        batch, hits = hits[:wanted - len(kept)], hits[wanted - len(kept):]
+        quarantined = await verify([rows[h.memory.id] for h in batch])
+        checked += len(batch)
+        kept += [h for h in batch if h.memory.id not in quarantined]
+    return kept, checked
+
+
 class Recall:
     """Stateless apart from its clients; safe to share across requests."""
 
@@ -78,12 +96,14 @@ class Recall:
     def can_rerank(self) -> bool:
         return self._reranker is not None
 
-    async def search(self, query: str, scope: Scope, filters: Filters, opts: RecallOptions
-                     ) -> tuple[list[SearchHit], list[str], Explain]:
+    async def search(self, query: str, scope: Scope, filters: Filters, opts: RecallOptions,
+                     verify: Verify | None = None) -> tuple[list[SearchHit], list[str], Explain]:
         """The best `opts.limit` memories in `scope` passing `filters`, best first; warnings; explain.
 
         Every stage works on stage 1's candidates, which are inside `scope`, pass `filters` and
-        are live unless `filters.include_deleted`.
+        are live unless `filters.include_deleted`. With `verify`, the rows read for the results
+        are judged against their hash chains (Integrity.judge) and those it quarantines are
+        left out, a spare moving up in their place.
         """
         s = self._settings
         explain = Explain()
@@ -92,7 +112,12 @@ class Recall:
         wanted = max(opts.limit, opts.rerank_top_n if opts.rerank else 0)
         async with self._pool.acquire() as conn:
             ranked = await self._first_order(conn, found, wanted + SPARE_ROWS, explain)
-            hits, context = await self._results(conn, ranked, wanted, scope, filters, opts, explain)
+            hits, sealed, context = await self._results(conn, ranked, wanted, scope, filters, opts, explain)
+        if verify is not None:  # after the connection is back: a quarantine takes one of its own
+            t = time.perf_counter()
+            hits, checked = await _verified(hits, sealed, wanted, verify)
+            explain.stage("verify", t, checked=checked)
+        hits = hits[:wanted]
         warnings: list[str] = []
         if opts.rerank:
             t = time.perf_counter()
@@ -144,21 +169,23 @@ class Recall:
 
     async def _results(self, conn: asyncpg.Connection, ranked: list[Ranked], wanted: int, scope: Scope,
                        filters: Filters, opts: RecallOptions, explain: Explain
-                       ) -> tuple[list[SearchHit], dict[UUID, str]]:
-        """The full rows of the best `wanted` (the results, or the rerank's top N), re-checked
-        against scope and filters; and, for the rerank, what each of its top N follows in its
-        session."""
+                       ) -> tuple[list[SearchHit], list[asyncpg.Record], dict[UUID, str]]:
+        """The best `wanted` (the results, or the rerank's top N) and a few spares, from their
+        full rows re-checked against scope and filters; those rows as read, for `verify`; and,
+        for the rerank, what each of its top N follows in its session."""
         t = time.perf_counter()
-        # A few spares: a memory deleted since `fetch` is dropped and the next one moves up.
+        # A few spares: a memory deleted since `fetch`, or quarantined, is dropped and the next
+        # one moves up.
         shown = ranked[:wanted + SPARE_ROWS]
-        rows = await repo.rows_in_scope(conn, [r.id for r in shown], scope, filters)
+        sealed = await repo.sealed_rows_in_scope(conn, [r.id for r in shown], scope, filters)
+        rows = {r["id"]: repo.row_to_memory(r) for r in sealed}
         hits = [SearchHit(memory=rows[r.id], score=r.score, components=ScoreComponents(**r.components))
-                for r in shown if r.id in rows][:wanted]
+                for r in shown if r.id in rows]
         context = {}
         if opts.rerank and self._settings.rerank_session_context:
             context = await repo.session_predecessors(conn, [h.memory.id for h in hits[:opts.rerank_top_n]])
         explain.stage("rows", t, read=len(rows))
-        return hits, context
+        return hits, sealed, context
 
     async def _vector_leg(self, space: Space, query: str, scope: Scope, filters: Filters, depth: int
                           ) -> tuple[np.ndarray, dict[UUID, float], tuple[float, float]]:

@@ -101,16 +101,21 @@ _EVENT_FIELDS = ("memory_id", "event", "version", "state", "actor_id", "path", "
                  "prev_hash")
 
 
+# What judging a row of `memories m` against its chain needs beside its state: its chain head and
+# its newest event's fields as `h_<field>` (NEWEST_EVENT_JOIN brings the event in as `h`).
+SEAL_COLUMNS = "m.chain_hash, " + ", ".join(f"h.{f} AS h_{f}" for f in _EVENT_FIELDS)
+NEWEST_EVENT_JOIN = """LEFT JOIN LATERAL (
+    SELECT * FROM memory_history e WHERE e.memory_id = m.id ORDER BY e.id DESC LIMIT 1) h ON true"""
+
+
 async def rows_with_newest(conn: asyncpg.Connection | asyncpg.Pool, memory_ids: list[UUID]) -> list[asyncpg.Record]:
     """Each memory's row (its state, scope, version, status, chain_hash) with its newest
     event's fields as `h_<field>`, read in one snapshot so that they can be judged together."""
-    event_columns = ", ".join(f"h.{f} AS h_{f}" for f in _EVENT_FIELDS)
     return await conn.fetch(
         f"""
-        SELECT m.id, m.user_id, m.agent_id, m.run_id, m.version, m.status, m.chain_hash,
-               {", ".join("m." + f for f in chain.STATE_FIELDS)}, {event_columns}
-        FROM memories m LEFT JOIN LATERAL (
-            SELECT * FROM memory_history e WHERE e.memory_id = m.id ORDER BY e.id DESC LIMIT 1) h ON true
+        SELECT m.id, m.user_id, m.agent_id, m.run_id, m.version, m.status,
+               {", ".join("m." + f for f in chain.STATE_FIELDS)}, {SEAL_COLUMNS}
+        FROM memories m {NEWEST_EVENT_JOIN}
         WHERE m.id = ANY($1::uuid[])
         """,
         memory_ids,

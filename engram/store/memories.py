@@ -303,7 +303,7 @@ async def candidate_rows(
     its canonical embedding to the query.
 
     The candidates come from indexes that may lag; this re-check against the rows is what
-    guarantees scope and deletion (and `rows_in_scope` checks again for the results)."""
+    guarantees scope and deletion (and `sealed_rows_in_scope` checks again for the results)."""
     where = _in_scope(ids, scope, filters, query_vector, model)
     rows = await conn.fetch(
         f"""
@@ -329,12 +329,17 @@ async def session_neighbours(conn: asyncpg.Connection | asyncpg.Pool, ids: list[
     return {r["id"]: tuple(x for x in (r["prev"], r["next"]) if x is not None) for r in rows}
 
 
-async def rows_in_scope(conn: asyncpg.Connection | asyncpg.Pool, ids: list[UUID], scope: Scope,
-                        filters: Filters) -> dict[UUID, Memory]:
-    """The full rows of those of `ids` that are in `scope` and pass `filters` now."""
+async def sealed_rows_in_scope(conn: asyncpg.Connection | asyncpg.Pool, ids: list[UUID], scope: Scope,
+                              filters: Filters) -> list[asyncpg.Record]:
+    """The full rows of those of `ids` that are in `scope` and pass `filters` now, each with
+    what judging it against its hash chain needs (history.SEAL_COLUMNS), read in one snapshot:
+    a search's results and their check in one statement. `row_to_memory` reads the memory."""
     where = _in_scope(ids, scope, filters)
-    rows = await conn.fetch(f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE {where.sql()}", *where.params)
-    return {r["id"]: row_to_memory(r) for r in rows}
+    return await conn.fetch(
+        f"SELECT {MEMORY_COLUMNS}, {history.SEAL_COLUMNS} FROM memories m {history.NEWEST_EVENT_JOIN}"
+        f" WHERE {where.sql()}",
+        *where.params,
+    )
 
 
 async def session_predecessors(conn: asyncpg.Connection | asyncpg.Pool, ids: list[UUID]) -> dict[UUID, str]:
