@@ -235,3 +235,14 @@ def test_tied_scores_normalise_to_the_top_and_missing_ones_to_zero():
     assert minmax({a: 2.5, b: 2.5, c: None}) == {a: 1.0, b: 1.0, c: 0.0}
     assert minmax({a: 0.0, b: 0.0}) == {a: 0.0, b: 0.0}, "no evidence stays no evidence"
     assert minmax({a: 1.0, b: 3.0, c: 2.0, d: None}) == {a: 0.0, b: 1.0, c: 0.5, d: 0.0}
+
+
+async def test_a_memory_keeps_its_embedding_in_its_row_not_in_the_toast_table(app):
+    """Search reads ~170 candidates' embeddings per query: out of line, each was a second read."""
+    answer = await app.remember("Priya keeps her embedding inline " + "and talks at some length " * 20, mode="sync")
+    await app.wait_job(answer["job_id"])
+    toasted = await app.pool.fetchval(
+        "SELECT pg_relation_size(reltoastrelid) FROM pg_class WHERE relname = 'memories'")
+    assert toasted == 0
+    assert await app.pool.fetchval("SELECT embedding IS NOT NULL FROM memories WHERE id = $1",
+                                   uuid.UUID(answer["memory_id"]))
