@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
@@ -22,7 +24,8 @@ from engram import drafts
 from engram.domain import auth
 from engram.domain.changes import NO_MODEL, ModelAttribution
 from engram.domain.errors import (
-    Conflict, Contention, DatabaseUnavailable, EngramError, NotFound, Unauthenticated, ValidationFailed,
+    Conflict, Contention, DatabaseUnavailable, EngramError, ImportStillWriting, NotFound, Unauthenticated,
+    ValidationFailed,
 )
 from engram.domain.filters import resolve
 from engram.domain.models import (
@@ -35,13 +38,15 @@ from engram.control import Control
 from engram.integrity import Integrity
 from engram.recall.pipeline import Recall, RecallOptions
 from engram.settings import Settings
-from engram.store import approvals, idempotency, jobs, keys
+from engram.store import approvals, idempotency, import_batches, jobs, keys
 from engram.store import pool as pool_module
 from engram.store import memories as repo
+from engram.store.notifications import Wakeups
 
 log = logging.getLogger(__name__)
 DUPLICATE = "duplicate: this scope already holds this memory"  # the warning on an answer that points at it
 KEY_CACHE_S = 1.0  # how long a key lookup is reused; a revocation drops every cached lookup at once
+IMPORT_WAIT_S = 120.0  # how long a bulk remember waits for a worker that is writing it
 
 
 class Pipeline(Protocol):
@@ -86,7 +91,8 @@ class _Written:
 class MemoryService:
     def __init__(self, settings: Settings, pool: asyncpg.Pool, recall: Recall, pipeline: Pipeline,
                  availability: Availability, integrity: Integrity, control: Control,
-                 clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
+                 clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+                 imports: Wakeups | None = None) -> None:
         self._settings = settings
         self._pool = pool
         self._recall = recall
@@ -95,6 +101,7 @@ class MemoryService:
         self._integrity = integrity
         self._control = control
         self.clock = clock  # what "now" is for lifetimes and time phrases; tests move it
+        self._imports = imports  # import_batches.WRITTEN's wakeups: None, bulk remembers are written here
         self._background: set[asyncio.Task] = set()
         self._queue_state = (float("-inf"), (0, 0.0))  # (when read, (jobs waiting for a batch, oldest's wait))
         self._principals: dict[str, tuple[float, auth.Principal]] = {}  # key hash -> (valid until, principal)
@@ -220,12 +227,87 @@ class MemoryService:
         conflicts gets its own error and is not stored; the others are. Raises ValidationFailed
         for more than `remember_batch_max` items.
 
-        Items are written in (scope, content) order, so two imports holding the same texts
-        cannot deadlock on them, and their BM25 statistics are written once, at the end."""
+        With `import_handoff_s`, the items are staged in one statement and a worker writes them
+        (`write_staged`, at the worker's niceness): the API process, whose one event loop and
+        GIL also answer searches, only waits. A batch no worker has taken by then, the API
+        writes itself."""
         principal.require("remember")
         limit = self._settings.remember_batch_max
         if len(items) > limit:
             raise ValidationFailed(f"items: at most {limit} per request (got {len(items)}); split the import")
+        if not self._settings.import_handoff_s or self._imports is None:
+            async with self._pool.acquire() as conn:
+                answer, sessions = await self._write_batch(conn, principal, items, uuid.uuid4(), request_id, path,
+                                                           model)
+            await drafts.end_earlier_sessions(self._pool, sessions)
+            return answer
+        batch_id = uuid.uuid4()
+        with self._imports.watch(batch_id) as written:  # before staging: its notification cannot be missed
+            await import_batches.stage(self._pool, batch_id, principal=dataclasses.asdict(principal), items=items,
+                                       request_id=request_id, path=path, model=dataclasses.asdict(model))
+            return await self._collect(batch_id, written)
+
+    async def _collect(self, batch_id: UUID, written: asyncio.Event) -> RememberBatchResponse:
+        """The staged batch's answer: written by a worker, or here if none has taken it within
+        `import_handoff_s`. One a worker is writing is waited for, up to IMPORT_WAIT_S."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while True:
+            if (answer := await import_batches.collect(self._pool, batch_id)) is not None:
+                return RememberBatchResponse.model_validate(answer)
+            waited = loop.time() - started
+            if waited >= self._settings.import_handoff_s:
+                if (answer := await self.write_staged(batch_id)) is not None:
+                    await import_batches.collect(self._pool, batch_id)
+                    log.info("the API wrote a bulk remember itself: no worker took it in time",
+                             extra={"import_id": str(batch_id), "waited_s": round(waited, 1)})
+                    return answer
+                if waited >= IMPORT_WAIT_S:  # a worker holds it this long: it stays staged, and is written
+                    raise ImportStillWriting(
+                        f"a worker is still writing the import after {IMPORT_WAIT_S:.0f} s; its items are staged "
+                        "and will be stored: send it again with the same Idempotency-Key for their answers")
+            until_handoff = self._settings.import_handoff_s - waited
+            try:
+                async with asyncio.timeout(until_handoff if until_handoff > 0 else 1.0):  # not wait_for: NewJobs.wait
+                    await written.wait()
+            except TimeoutError:
+                pass
+            written.clear()
+
+    async def write_staged(self, batch_id: UUID | None = None) -> RememberBatchResponse | None:
+        """Take a staged bulk remember (`batch_id`, or the oldest) and write it in the transaction
+        that holds it, its answer with it. None if there is none to take (written, or another
+        process holds it)."""
+        taken = None
+        try:
+            async with self._pool.acquire() as conn:
+                async with conn.transaction():
+                    batch = await import_batches.take(conn, batch_id)
+                    if batch is None:
+                        return None
+                    taken, p = batch["id"], batch["principal"]
+                    principal = auth.Principal(id=p["id"], name=p["name"], role=p["role"], grants=tuple(p["grants"]))
+                    answer, sessions = await self._write_batch(conn, principal, batch["items"], taken,
+                                                               batch["request_id"], batch["path"],
+                                                               ModelAttribution(**batch["model"]))
+                    await import_batches.answer(conn, taken, answer.model_dump(mode="json"))
+        except Exception:
+            if taken is not None:  # rolled back: still staged, for the next taker
+                with contextlib.suppress(*pool_module.UNREACHABLE, asyncpg.PostgresError):
+                    await import_batches.failed(self._pool, taken)
+            raise
+        await drafts.end_earlier_sessions(self._pool, sessions)
+        return answer
+
+    async def _write_batch(self, conn: asyncpg.Connection, principal: auth.Principal, items: list, import_id: UUID,
+                           request_id: str | None, path: str, model: ModelAttribution
+                           ) -> tuple[RememberBatchResponse, list[drafts.Session]]:
+        """`remember_batch`'s write, in one transaction (a savepoint of the caller's, if it has
+        one), and the sessions it began.
+
+        Items are written in (scope, content) order, so two imports holding the same texts
+        cannot deadlock on them, and their BM25 statistics are written once, at the end."""
+        principal.require("remember")
         down = await self._availability.chain_down()
         results: dict[int, RememberItemResult] = {}
         valid: list[tuple[int, RememberItem]] = []
@@ -241,35 +323,33 @@ class MemoryService:
             else:
                 valid.append((index, req))
         valid.sort(key=lambda item: (_scope_order(item[1].scope), normalize(item[1].content)))
-        import_id = uuid.uuid4()
         stats = repo.StatsDelta()
         sessions: dict[tuple, tuple[int, drafts.Session]] = {}  # per scope, the last item's (by index)
-        async with self._pool.acquire() as conn:
-            async with conn.transaction():
-                await jobs.insert(conn, job_id=import_id, memory_id=None, job_type="import", max_attempts=1,
-                                  payload={"principal": principal.id, "items": len(items)})
-                for index, req in valid:
-                    item_stats = repo.StatsDelta()
-                    try:
-                        async with conn.transaction():  # a savepoint: a failed item undoes only itself
-                            written = await self._write(conn, principal, req, request_id,
-                                                        raw_saved=down is not None and not req.raw,
-                                                        parent_id=import_id, stats=item_stats, path=path,
-                                                        model=model)
-                    except EngramError as err:
-                        results[index] = _item_error(index, err)
-                        continue
-                    stats.merge(item_stats)
-                    results[index] = await self._item_answer(conn, principal, index, req, written, down)
-                    if isinstance(written, _Written) and written.session is not None:
-                        scope = _scope_order(req.scope)
-                        if index >= sessions.get(scope, (-1, None))[0]:
-                            sessions[scope] = (index, written.session)
-                await repo.add_stats(conn, stats)
-        await drafts.end_earlier_sessions(self._pool, [s for _, s in sessions.values()])
+        async with conn.transaction():
+            await jobs.insert(conn, job_id=import_id, memory_id=None, job_type="import", max_attempts=1,
+                              payload={"principal": principal.id, "items": len(items)})
+            for index, req in valid:
+                item_stats = repo.StatsDelta()
+                try:
+                    async with conn.transaction():  # a savepoint: a failed item undoes only itself
+                        written = await self._write(conn, principal, req, request_id,
+                                                    raw_saved=down is not None and not req.raw,
+                                                    parent_id=import_id, stats=item_stats, path=path,
+                                                    model=model)
+                except EngramError as err:
+                    results[index] = _item_error(index, err)
+                    continue
+                stats.merge(item_stats)
+                results[index] = await self._item_answer(conn, principal, index, req, written, down)
+                if isinstance(written, _Written) and written.session is not None:
+                    scope = _scope_order(req.scope)
+                    if index >= sessions.get(scope, (-1, None))[0]:
+                        sessions[scope] = (index, written.session)
+            await repo.add_stats(conn, stats)
         stored = sum(r.error is None for r in results.values())
-        return RememberBatchResponse(job_id=import_id, stored=stored, failed=len(items) - stored,
-                                     results=[results[i] for i in range(len(items))])
+        return (RememberBatchResponse(job_id=import_id, stored=stored, failed=len(items) - stored,
+                                      results=[results[i] for i in range(len(items))]),
+                [s for _, s in sessions.values()])
 
     async def _item_answer(self, conn: asyncpg.Connection, principal: auth.Principal, index: int, req: RememberItem,
                            written: _Written | RememberResponse, down: str | None) -> RememberItemResult:

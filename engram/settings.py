@@ -168,6 +168,12 @@ class Settings(BaseSettings):
     pipeline_stall_s: float = Field(default=10.0, gt=0)
     # A bulk remember (POST /api/memory/remember/batch) takes at most this many items.
     remember_batch_max: int = Field(default=500, ge=1, le=5_000)
+    # A bulk remember's items are staged in one statement and a worker writes them (at most
+    # import_writers at once, at its niceness), so that the API keeps its CPU for searches; one
+    # no worker has taken after import_handoff_s, the API writes itself. 0: the API writes every
+    # one itself, as it arrives.
+    import_handoff_s: float = Field(default=2.0, ge=0)
+    import_writers: int = Field(default=4, ge=0)
     # The drain of parked extractions: probe a down provider after probe_initial_s, doubling to
     # probe_max_s; take drain_batch_size parked jobs at a time, at most drain_rate_per_s a second;
     # look for due work every drain_idle_s.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -472,6 +474,92 @@ async def test_bulk_remember_over_the_limit_is_refused_whole(make_app):
         assert at_limit.status_code == 200 and at_limit.json()["stored"] == 10
         job = await app.wait_job(at_limit.json()["job_id"], "done", timeout_s=60)
         assert job["progress"] == {"done": 10, "total": 10, "parked": 0}
+
+
+# -- bulk remembers written by a worker: the API stages them and waits -----------------------------
+
+HOLD_A_STAGED_IMPORT = """
+import asyncio, sys
+import asyncpg
+from engram.store import import_batches
+
+async def main():
+    conn = await asyncpg.connect(sys.argv[1])
+    await conn.execute("BEGIN")
+    print("ready", flush=True)
+    while (batch := await import_batches.take(conn)) is None:
+        await asyncio.sleep(0.01)
+    await conn.execute("INSERT INTO memory_jobs (id, job_type, status, max_attempts) VALUES ($1, 'import', 'pending', 1)",
+                       batch["id"])  # half of a write, as a writer killed mid-way leaves it
+    print("holding", flush=True)
+    await asyncio.sleep(120)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_bulk_remember_is_written_by_a_worker_process_while_the_api_waits(
+        postgres, temporal, embedder, reranker, tmp_path):
+    settings = app_settings(tmp_path / "data", await new_database(postgres), temporal_address=temporal.address,
+                            import_handoff_s=60)
+    async with running(settings, embedder, reranker) as api:
+        worker = WorkerProcess(settings, tmp_path / "worker.log").start()
+        try:
+            started = time.monotonic()
+            bulk = await api.post("/api/memory/remember/batch", {"items": items(range(20)) + [{"scope": {"user_id": "u1"}}]})
+            assert bulk.status_code == 200, (bulk.text, worker.tail())
+            assert time.monotonic() - started < 60  # the API writes a batch itself only after import_handoff_s
+            body = bulk.json()
+            assert (body["stored"], body["failed"]) == (20, 1) and body["results"][20]["error"]["type"] == "validation_error"
+            assert await api.count("SELECT count(*) FROM memories") == 20
+            assert await api.count("SELECT count(*) FROM import_batches") == 0  # the answer was collected
+            await api.wait_job(body["job_id"], "done", timeout_s=60)
+        finally:
+            worker.stop()
+
+
+async def test_an_import_whose_writer_is_killed_mid_write_is_written_once_by_the_api(
+        postgres, temporal, embedder, reranker, tmp_path):
+    settings = app_settings(tmp_path / "data", await new_database(postgres), temporal_address=temporal.address,
+                            import_handoff_s=1.0)
+    async with running(settings, embedder, reranker) as api:
+        holder = subprocess.Popen([sys.executable, "-c", HOLD_A_STAGED_IMPORT, settings.postgres_dsn],
+                                  stdout=subprocess.PIPE, cwd=Path(__file__).parent.parent)
+        try:
+            assert await asyncio.wait_for(asyncio.to_thread(holder.stdout.readline), 60) == b"ready\n"
+            request = asyncio.create_task(api.post("/api/memory/remember/batch", {"items": items(range(5))}))
+            line = await asyncio.wait_for(asyncio.to_thread(holder.stdout.readline), 30)
+            assert line.strip() == b"holding"
+            await asyncio.sleep(2.0)  # past the handoff: the API finds the batch held and waits
+            assert not request.done()
+            holder.send_signal(signal.SIGKILL)
+            assert holder.wait(10) == -signal.SIGKILL
+            bulk = await asyncio.wait_for(request, 30)
+        finally:
+            if holder.poll() is None:
+                holder.kill()
+        assert bulk.status_code == 200 and bulk.json()["stored"] == 5, bulk.text
+        assert await api.count("SELECT count(*) FROM memories") == 5
+        assert await api.count("SELECT count(*) FROM memory_jobs WHERE job_type = 'import'") == 1
+
+
+async def test_a_staged_import_nobody_waits_for_any_more_is_written_by_a_worker(app):
+    """The API staged it and went away (a crash, a client that hung up): the items are durable."""
+    from engram.store import import_batches
+
+    principal = dataclasses.asdict(await app.runtime.service.authenticate(app.admin_key))
+    batch_id = uuid.uuid4()
+    await import_batches.stage(app.pool, batch_id, principal=principal, items=items(range(3), {"user_id": "gone"}),
+                               request_id=None, path="http", model={"provider": None, "model": None,
+                                                                    "prompt_version": None})
+    deadline = time.monotonic() + 60
+    while await app.count("SELECT count(*) FROM import_batches WHERE id = $1 AND response IS NULL", batch_id):
+        assert time.monotonic() < deadline, "no worker wrote the staged import"
+        await asyncio.sleep(0.1)
+    answered = await app.pool.fetchval("SELECT response FROM import_batches WHERE id = $1", batch_id)
+    assert answered["stored"] == 3, answered  # kept for the purge: nobody collects it
+    assert await app.count("SELECT count(*) FROM memories WHERE user_id = 'gone'") == 3
+    await app.wait_job(str(batch_id), "done", timeout_s=60)
 
 
 async def test_cli_import_reports_bad_lines_and_waits_until_every_item_is_processed(app, tmp_path):

@@ -54,12 +54,13 @@ from engram.approvals import Approvals
 from engram.reviews import Reviews
 from engram.service import MemoryService
 from engram.settings import Settings
-from engram.store import embeddings, facts, jobs, keys, lexical_index, provider_health
+from engram.store import embeddings, facts, import_batches, jobs, keys, lexical_index, provider_health
 from engram.store import pool as pool_module
 from engram.store import approvals as approvals_store
-from engram.store.notifications import FirstPassWaiter, listen_forever
+from engram.store.notifications import FirstPassWaiter, Wakeups, listen_forever
 from worker.index_maintenance import IndexOptimizer
 from worker.chain_sealer import ChainSealer
+from worker.import_writers import ImportWriters
 from worker.index_sync import IndexSync
 from worker.outbox import Dispatcher
 from worker.startup import analyzer_of
@@ -182,7 +183,8 @@ class Runtime:
         integrity = Integrity(pool)
         control = Control(settings, pool, TemporalControlRuns(client, settings))
         recall = Recall(settings, pool, embedding_spaces, reranker, lexical)
-        service = MemoryService(settings, pool, recall, waiter, availability, integrity, control)
+        imports = Wakeups() if "api" in roles else None
+        service = MemoryService(settings, pool, recall, waiter, availability, integrity, control, imports=imports)
         changes = MemoryChanges(settings, pool, embedding_spaces, integrity, control)
         forgets = BatchForgets(settings, pool, recall, changes, TemporalForgetRuns(client, settings), control)
         reviews = Reviews(pool, TemporalReviewRuns(client, settings), control)
@@ -191,7 +193,8 @@ class Runtime:
                  approvals, roles=roles, lexical=lexical)
         if "api" in roles:
             rt._start(listen_forever(settings.postgres_dsn, {jobs.FIRST_PASS: waiter.notified,
-                                                              keys.REVOKED: service.forget_principals}),
+                                                              keys.REVOKED: service.forget_principals,
+                                                              import_batches.WRITTEN: imports.notified}),
                       "api-listener")
         if "worker" in roles:
             facts = FactWriter(settings, pool, embedding_spaces, changes, control)
@@ -212,6 +215,8 @@ class Runtime:
             dispatcher = Dispatcher(TemporalPipeline(client, pool, settings), pool, settings)
             rt._start(dispatcher.run_forever(), "outbox-dispatcher")
             rt._start(ChainSealer(pool, settings).run_forever(), "chain-sealer")
+            if settings.import_writers:
+                rt._start(ImportWriters(service, pool, settings).run_forever(), "import-writers")
         if hosts_index(settings, roles):
             if lexical is not None:
                 await lexical_steps.settle(pool, lexical)

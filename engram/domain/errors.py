@@ -70,6 +70,15 @@ class DatabaseUnavailable(EngramError):
     http_status = 503
 
 
+class ImportStillWriting(EngramError):
+    """A bulk remember that a worker was still writing when the request stopped waiting: its
+    items are staged in Postgres and will be stored, nothing is lost; sent again with the same
+    Idempotency-Key, it gets each item's answer."""
+
+    type = "import_still_writing"
+    http_status = 503
+
+
 class Contention(DatabaseUnavailable):
     """Postgres rolled the request's transaction back, to break a deadlock with concurrent work:
     nothing was stored; the same request can be retried."""

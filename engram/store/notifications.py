@@ -8,8 +8,9 @@ lost to a dropped connection costs latency, not correctness.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from uuid import UUID
 
 import asyncpg
@@ -124,3 +125,26 @@ class FirstPassWaiter:
                     waiters.remove(future)
                 if not waiters:
                     self._waiting.pop(key, None)
+
+
+class Wakeups:
+    """Wakes the one waiting on a key when a notification names it (import_batches.WRITTEN: a
+    batch id); an empty payload (a reconnect) wakes everyone. Watch the key before doing what
+    will notify it, and the notification cannot be missed; the watcher still looks at the row
+    after every wake or timeout."""
+
+    def __init__(self) -> None:
+        self._events: dict[str, asyncio.Event] = {}
+
+    def notified(self, payload: str) -> None:
+        for key in [payload] if payload else list(self._events):
+            if (event := self._events.get(key)) is not None:
+                event.set()
+
+    @contextlib.contextmanager
+    def watch(self, key: UUID) -> Iterator[asyncio.Event]:
+        event = self._events[str(key)] = asyncio.Event()
+        try:
+            yield event
+        finally:
+            self._events.pop(str(key), None)

@@ -174,6 +174,22 @@ CREATE TABLE idempotency_keys (
 );
 CREATE UNIQUE INDEX idempotency_keys_pkey ON public.idempotency_keys USING btree (principal, key);
 
+CREATE TABLE import_batches (
+    id uuid NOT NULL,
+    principal jsonb NOT NULL,
+    items jsonb NOT NULL,
+    request_id text,
+    path text NOT NULL,
+    model jsonb NOT NULL,
+    response jsonb,
+    failures integer NOT NULL DEFAULT 0,
+    created_at timestamp with time zone NOT NULL DEFAULT now(),
+    written_at timestamp with time zone,
+    CONSTRAINT import_batches_pkey PRIMARY KEY (id)
+);
+CREATE UNIQUE INDEX import_batches_pkey ON public.import_batches USING btree (id);
+CREATE INDEX import_batches_unwritten ON public.import_batches USING btree (created_at) WHERE (response IS NULL);
+
 CREATE TABLE lexical_terms (
     term_id bigint NOT NULL,
     term text NOT NULL,
