@@ -2,7 +2,8 @@
 to `import_writers` at once, in the worker's process and at its niceness, so that the API
 process keeps its event loop and its CPU for searches while an import goes in.
 
-Woken by every new job (staging a batch sends NEW_JOBS) and every `dispatcher_interval_s`. A
+Woken by every staged batch (import_batches.STAGED; not by every new job: a stream of single
+remembers would wake four empty takes per remember) and every `dispatcher_interval_s`. A
 write that fails rolls back and is counted; the batch stays staged for the next wake, and after
 import_batches.MAX_FAILURES it is left to the API that waits for it, which then writes it
 itself and answers with what goes wrong. Safe in several processes: a batch is taken under its
@@ -36,7 +37,7 @@ class ImportWriters:
 
     async def run_forever(self) -> None:
         await run_woken("import writers", self.write_all, self._settings.postgres_dsn,
-                        poll_s=self._settings.dispatcher_interval_s)
+                        poll_s=self._settings.dispatcher_interval_s, channel=import_batches.STAGED)
 
     async def write_all(self) -> None:
         """Write every staged batch, `import_writers` at a time, until none is left to take."""

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
+from engram.store import jobs
 from engram.store.notifications import NewJobs
 from engram.store.pool import UNREACHABLE
 
@@ -15,11 +16,11 @@ log = logging.getLogger(__name__)
 
 
 async def run_woken(name: str, one_pass: Callable[[], Awaitable[object]], dsn: str, *, poll_s: float,
-                    gather_s: float = 0.0) -> None:
+                    gather_s: float = 0.0, channel: str = jobs.NEW_JOBS) -> None:
     """Run `one_pass` now, then on every wake (a notification, or `poll_s` without one; after a
-    notification, `gather_s` more for a burst to gather), until cancelled. A failed pass (Postgres
+    notification on `channel`, `gather_s` more for a burst to gather), until cancelled. A failed pass (Postgres
     out of reach, a bug) is logged and the next wake tries again: the loop never stops on one."""
-    new_jobs = NewJobs(dsn)
+    new_jobs = NewJobs(dsn, channel)
     listener = new_jobs.listen()
     try:
         while True:

@@ -1,7 +1,7 @@
 """Bulk remembers handed from the API to a worker.
 
-The API stages a request's items in one statement (`stage`, which wakes the workers on
-jobs.NEW_JOBS) and waits. Whoever takes the row first writes it: `take` locks it for the
+The API stages a request's items in one statement (`stage`, which wakes the import writers
+on STAGED) and waits. Whoever takes the row first writes it: `take` locks it for the
 taker's transaction, which writes the memories and the answer (`answer`, which notifies
 WRITTEN when it commits). A taker that dies rolls back, the row unlocked and unwritten, and
 the next one takes it; the items are never lost and never written twice.
@@ -13,8 +13,7 @@ from uuid import UUID
 
 import asyncpg
 
-from engram.store import jobs
-
+STAGED = "engram_import_staged"  # a batch waits to be written (not NEW_JOBS: every remember sends that)
 WRITTEN = "engram_import_written"  # payload: the batch id, once its answer is committed
 MAX_FAILURES = 3  # a batch whose write failed this often is left to the API that waits for it
 
@@ -26,7 +25,7 @@ async def stage(pool: asyncpg.Pool, batch_id: UUID, *, principal: dict, items: l
         WITH staged AS (
             INSERT INTO import_batches (id, principal, items, request_id, path, model)
             VALUES ($1, $2, $3, $4, $5, $6) RETURNING id)
-        SELECT pg_notify('{jobs.NEW_JOBS}', '') FROM staged
+        SELECT pg_notify('{STAGED}', '') FROM staged
         """,
         batch_id, principal, items, request_id, path, model,
     )

@@ -47,8 +47,9 @@ class NewJobs:
     and `wait` also returns after a poll interval without one, so a notification lost to a
     dropped connection costs latency, not work."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, channel: str = jobs.NEW_JOBS) -> None:
         self._dsn = dsn
+        self._channel = channel
         self._event = asyncio.Event()
 
     def notified(self, _payload: str = "") -> None:
@@ -56,7 +57,7 @@ class NewJobs:
 
     def listen(self) -> asyncio.Task:
         """The listener, running until the caller cancels it."""
-        return asyncio.create_task(listen_forever(self._dsn, {jobs.NEW_JOBS: self.notified}))
+        return asyncio.create_task(listen_forever(self._dsn, {self._channel: self.notified}))
 
     async def wait(self, poll_s: float, *, gather_s: float = 0.0) -> None:
         """Until notified (then `gather_s` more, letting a burst gather) or `poll_s` has passed.
