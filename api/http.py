@@ -105,7 +105,7 @@ OperationId = Annotated[str, Path(pattern=r"^forget-[0-9a-f]{8}-[0-9a-f]{4}-[0-9
                                   max_length=43)]
 
 
-def _change_context(
+async def _change_context(
     request: Request,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", min_length=1, max_length=200,
                                                   description="A replay returns the first answer")] = None,
@@ -119,6 +119,8 @@ def _change_context(
     prompt_version: Annotated[str | None, Header(alias="X-Engram-Prompt-Version", min_length=1, max_length=200,
                                                  description="The prompt version the model acted on")] = None,
 ) -> ChangeContext:
+    # async, though it awaits nothing: FastAPI runs a plain function dependency on its thread pool,
+    # a thread hand-off on every remember and change.
     return ChangeContext(path=client or "http", request_id=request.state.request_id, idempotency_key=idempotency_key,
                          model=ModelAttribution(provider=provider, model=model, prompt_version=prompt_version))
 

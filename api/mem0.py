@@ -164,7 +164,7 @@ async def _principal(request: Request) -> Principal:
     return await request.app.state.runtime.service.authenticate(key)
 
 
-def _context(request: Request) -> ChangeContext:
+async def _context(request: Request) -> ChangeContext:  # async: no thread hand-off
     key = request.headers.get("idempotency-key")
     if key is not None and not 1 <= len(key) <= 190:
         raise ValidationFailed("Idempotency-Key: 1 to 190 characters")
