@@ -33,6 +33,7 @@ from engram.domain.models import (
     RememberItemResult, RememberRequest, RememberResponse, Scope, SearchFilters, SearchRequest, SearchResponse,
 )
 from engram.domain.text import content_hash, normalize
+from engram.group_commit import GroupCommit
 from engram.inference.availability import Availability
 from engram.control import Control
 from engram.integrity import Integrity
@@ -102,6 +103,7 @@ class MemoryService:
         self._control = control
         self.clock = clock  # what "now" is for lifetimes and time phrases; tests move it
         self._imports = imports  # import_batches.WRITTEN's wakeups: None, bulk remembers are written here
+        self._group = GroupCommit(pool) if settings.remember_group_commit else None
         self._background: set[asyncio.Task] = set()
         self._queue_state = (float("-inf"), (0, 0.0))  # (when read, (jobs waiting for a batch, oldest's wait))
         self._principals: dict[str, tuple[float, auth.Principal]] = {}  # key hash -> (valid until, principal)
@@ -184,8 +186,9 @@ class MemoryService:
                        model: ModelAttribution = NO_MODEL) -> RememberResponse:
         """Save the memory durably and answer as `req.mode` asks.
 
-        The raw memory, its ADD history event and its job are written in one transaction, and
-        nothing else happens on the request: the worker's dispatcher batches the job, so a
+        The raw memory, its ADD history event and its job are written in one transaction (shared
+        with the remembers that arrive meanwhile: engram.group_commit), and nothing else
+        happens on the request: the worker's dispatcher batches the job, so a
         remember never waits on Temporal or a model. `auto` and `sync` then wait for the first
         pass, except that `auto` answers at once `raw_saved` while every LLM provider is known
         to be down, and `queued` while the write queue is deeper than its bound. Raises
@@ -197,10 +200,19 @@ class MemoryService:
         s = self._settings
         timeout_ms = req.pipeline_timeout_ms if req.pipeline_timeout_ms is not None else s.pipeline_timeout_ms_default
         down = None if req.raw else await self._availability.chain_down()
-        async with self._pool.acquire() as conn:
-            async with conn.transaction():
-                written = await self._write(conn, principal, req, request_id, raw_saved=down is not None, path=path,
-                                            model=model)
+
+        async def write(conn: asyncpg.Connection, stats: repo.StatsDelta | None = None) -> _Written | RememberResponse:
+            return await self._write(conn, principal, req, request_id, raw_saved=down is not None, stats=stats,
+                                     path=path, model=model)
+
+        # A remember that begins a session ends the scope's other sessions once it has committed,
+        # and two in one group would end each other's: those keep a transaction of their own.
+        if self._group is not None and req.session_id is None:
+            written = await self._group.write(write, order=(_scope_order(req.scope), normalize(req.content)))
+        else:
+            async with self._pool.acquire() as conn:
+                async with conn.transaction():
+                    written = await write(conn)
         if isinstance(written, RememberResponse):
             return written
         if written.session is not None:
@@ -540,7 +552,9 @@ class MemoryService:
             log.error("background task failed", exc_info=task.exception())
 
     async def aclose(self) -> None:
-        """Let off-the-hot-path work (access counts, async starts) finish."""
+        """Let off-the-hot-path work (access counts, async starts) and queued writes finish."""
+        if self._group is not None:
+            await self._group.aclose()
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
 

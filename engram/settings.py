@@ -174,6 +174,9 @@ class Settings(BaseSettings):
     # one itself, as it arrives.
     import_handoff_s: float = Field(default=2.0, ge=0)
     import_writers: int = Field(default=4, ge=0)
+    # Single remembers that arrive while others are being written share a transaction (group
+    # commit, engram.group_commit). False: a transaction each.
+    remember_group_commit: bool = True
     # The drain of parked extractions: probe a down provider after probe_initial_s, doubling to
     # probe_max_s; take drain_batch_size parked jobs at a time, at most drain_rate_per_s a second;
     # look for due work every drain_idle_s.

@@ -6,7 +6,9 @@ import asyncio
 
 import pytest
 
+from engram import group_commit
 from tests.conftest import DEFAULT_MODEL, closed_port_url, ollama_settings
+from tests.test_bm25_analyzer import assert_stats_equal_recount
 from tests.fakes.llm_server import FakeReply
 
 FACTS = {"facts": [{"content": "Alice hikes in the Alps", "type": "fact", "confidence": 0.9}],
@@ -208,3 +210,71 @@ async def test_the_callers_request_id_is_echoed_and_recorded_on_the_add_event_an
         "Nadia repairs clocks": "trace-7f3a", "Nadia repairs watches": made_up.headers["x-request-id"]}
     logged = {(r.request_id, r.status) for r in caplog.records if r.getMessage() == "request"}
     assert {("trace-7f3a", 200), ("trace-401", 401)} <= logged
+
+
+async def _held_back(app, bodies: list[dict]) -> list:
+    """`bodies` remembered at once while a lock keeps every group-commit lane waiting, so the
+    ones beyond the lanes queue up and are written as one group when the lock goes."""
+    group = app.runtime.service._group
+    async with app.pool.acquire() as blocker:
+        held = blocker.transaction()
+        await held.start()
+        await blocker.execute("LOCK TABLE memory_jobs IN EXCLUSIVE MODE")  # every remember writes a job
+        calls = [asyncio.create_task(app.post("/api/memory/remember", body)) for body in bodies]
+        async with asyncio.timeout(30):
+            while group.waiting + group.in_flight < len(bodies):
+                await asyncio.sleep(0.01)
+        await held.rollback()
+    return await asyncio.gather(*calls)
+
+
+async def test_concurrent_remembers_share_a_transaction_and_keep_their_own_attribution(app):
+    group = app.runtime.service._group
+    before = group.groups
+    bodies = [{"content": f"Note {i}: the meeting moved to room {i}", "scope": {"user_id": f"team-{i % 3}"},
+               "mode": "async"} for i in range(24)]
+    bodies.append(dict(bodies[5]))  # the same memory twice in one group: one row, the other a duplicate
+    responses = await _held_back(app, bodies)
+    assert [r.status_code for r in responses] == [200] * len(bodies), [r.text for r in responses]
+    answers = [r.json() for r in responses]
+    assert group.groups > before  # 25 writes, 4 lanes: at least one transaction wrote several
+    assert answers[-1]["memory_id"] == answers[5]["memory_id"]
+    assert sorted("duplicate" in " ".join(a["warnings"]) for a in (answers[5], answers[-1])) == [False, True]
+    assert len({a["memory_id"] for a in answers}) == 24
+    assert await app.count("SELECT count(*) FROM memories") == 24
+    assert await app.count("SELECT count(*) FROM memory_jobs WHERE job_type = 'extract'") == 24
+    # Each ADD event names the request that wrote it, though many shared one transaction.
+    events = {str(r["memory_id"]): r["request_id"] for r in await app.pool.fetch(
+        "SELECT memory_id, request_id FROM memory_history WHERE event = 'ADD'")}
+    written_by = {events[a["memory_id"]] for a in answers}
+    assert written_by <= {r.headers["x-request-id"] for r in responses} and len(written_by) == 24
+    for response, answer in zip(responses, answers):
+        if "duplicate" not in " ".join(answer["warnings"]):
+            assert events[answer["memory_id"]] == response.headers["x-request-id"]
+    await assert_stats_equal_recount(app.pool)
+    for answer in answers[:24]:
+        assert (await app.wait_job(answer["job_id"], "done"))["outcome"] == "processed"
+
+
+async def test_a_remember_refused_inside_a_group_fails_alone_and_the_rest_are_stored(app):
+    # One lane: while the first write waits for the lock, every other one queues behind it, the
+    # two refused ones among them.
+    group = app.runtime.service._group = group_commit.GroupCommit(app.pool, lanes=1)
+    await app.remember("Kim drinks coffee", idempotency_key="taken", mode="async")
+    bodies = [{"content": f"Fact {i} about the garden", "scope": {"user_id": "u1"}, "mode": "async"}
+              for i in range(12)]
+    bodies.insert(6, {"content": "Kim drinks tea", "scope": {"user_id": "u1"}, "idempotency_key": "taken"})
+    # Refused after its idempotency key was claimed in the group's transaction: the key must not stay bound.
+    bodies.insert(9, {"content": "The lease ends soon", "scope": {"user_id": "u1"}, "idempotency_key": "fresh",
+                      "expires_at": "2001-01-01T00:00:00Z"})
+    responses = await _held_back(app, bodies)
+    statuses = [r.status_code for r in responses]
+    assert statuses[6] == 409 and responses[6].json()["error"]["type"] == "conflict"
+    assert statuses[9] == 422 and "has passed" in responses[9].json()["error"]["detail"]
+    assert statuses.count(200) == 12
+    assert group.retried_alone == 2 and group.groups >= 1  # each refused one alone, the rest together
+    assert await app.count("SELECT count(*) FROM memories") == 13
+    assert await app.count("SELECT count(*) FROM idempotency_keys WHERE key = 'fresh'") == 0
+    again = await app.remember("The lease ends soon", idempotency_key="fresh", mode="async")
+    assert again["status"] == "queued"
+    await assert_stats_equal_recount(app.pool)
