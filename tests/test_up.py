@@ -4,9 +4,12 @@ against it, a clean Ctrl-C, and a restart that finds every memory again."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
+import time
 
+import httpx
 import pytest
 
 from tests.process import EngramProcess
@@ -81,11 +84,48 @@ def test_up_serves_the_cli_and_keeps_everything_across_a_restart(engram):
         assert again.json()["memory_id"] == stored[2]["memory_id"]
 
 
-def test_up_killed_outright_takes_its_servers_with_it_and_restarts(engram):
+def _role_pid(parent: int, role: str) -> int | None:
+    """The pid of `engram up`'s API or worker child."""
+    for line in _children_of(parent):
+        pid, args = line.split(None, 1)
+        if args.endswith(f"worker.up {role}"):
+            return int(pid)
+    return None
+
+
+def _restarted(parent: int, role: str, dead: int, timeout_s: float = 60) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        pid = _role_pid(parent, role)
+        if pid is not None and pid != dead:
+            return pid
+        time.sleep(0.2)
+    raise AssertionError(f"engram up did not restart its {role} within {timeout_s} s")
+
+
+def test_a_crashed_api_or_worker_is_restarted_and_up_killed_outright_takes_its_servers_with_it(engram):
     engram.start()
     with engram.client() as http:
         answer = http.post("/api/memory/remember", json={"content": "Petra runs a bakery", "scope": {"user_id": "p"},
                                                          "mode": "sync"}).json()
+        # A crashed API or worker is restarted by engram up, and serves again.
+        for role in ("api", "worker"):
+            dead = _role_pid(engram.proc.pid, role)
+            os.kill(dead, signal.SIGKILL)
+            _restarted(engram.proc.pid, role, dead)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                again = http.post("/api/memory/remember", json={"content": "Petra bakes rye bread",
+                                                                "scope": {"user_id": "p"}, "mode": "sync"})
+                if again.status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "the restarted API did not answer"
+            time.sleep(0.5)
+        assert again.json()["status"] == "processed"  # the restarted worker ran its pipeline
+        assert http.get(f"/api/memory/{answer['memory_id']}").json()["content"] == "Petra runs a bakery"
     children = _children_of(engram.proc.pid)
     engram.stop(signal.SIGKILL)
     engram.start()
