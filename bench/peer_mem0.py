@@ -236,10 +236,11 @@ def run_engram(size: int, texts: list[str], queries: list[str], scope: str) -> R
         asyncio.run(ingest.wait_imports(svc, jobs, timeout_s=DRAIN_TIMEOUT_S))
         idle_at, _ = ingest.wait_pipeline_idle(svc, timeout_s=DRAIN_TIMEOUT_S, poll_s=0.25)
         run.ingest_s = idle_at - started
-        run.facts["lexical_s"], run.facts["lexical_backlog"] = _wait_lexical(svc)
+        (run.facts["settle_s"], run.facts["lexical_backlog"], run.facts["was_optimising"],
+         run.facts["unoptimized"]) = _wait_settled(svc)
         run.stored = common.index_points(svc)
         print(f"  Engram: {run.stored} index points after {run.ingest_s:.1f} s; searching", flush=True)
-        cpu_before = sum(common.tree_cpu_seconds(svc.proc.pid).values())
+        cpu_before = common.tree_cpu_seconds(svc.proc.pid)
         optimised_before = _optimisations(svc)
         for i, query in enumerate(queries):
             response, ms = common.timed(svc.client.post, "/api/memory/search",
@@ -248,7 +249,10 @@ def run_engram(size: int, texts: list[str], queries: list[str], scope: str) -> R
             if i >= WARMUP:
                 run.search_ms.append(ms)
                 run.hits[len(response.json()["results"])] += 1
-        run.search_cpu_ms = (sum(common.tree_cpu_seconds(svc.proc.pid).values()) - cpu_before) * 1e3 / len(queries)
+        cpu_after = common.tree_cpu_seconds(svc.proc.pid)
+        run.facts["cpu_by_process"] = {name: (seconds - cpu_before.get(name, 0.0)) * 1e3 / len(queries)
+                                       for name, seconds in cpu_after.items()}
+        run.search_cpu_ms = sum(run.facts["cpu_by_process"].values())
         run.facts["optimisations"] = (optimised_before, _optimisations(svc) - optimised_before)
         run.load.append(os.getloadavg()[0])
     if run.stored != size:
@@ -256,21 +260,26 @@ def run_engram(size: int, texts: list[str], queries: list[str], scope: str) -> R
     return run
 
 
-def _wait_lexical(svc: common.Service) -> tuple[float, tuple[int, int]]:
+def _wait_settled(svc: common.Service) -> tuple[float, tuple[int, int], bool, tuple[int, int]]:
     """Wait until the lexical index holds every memory with its current weights (`/readyz`:
-    `to_index` and `to_reweigh` 0). Until then search scores the rest in Postgres and the index
-    owner rewrites points beside it: searching is correct, but not at its steady speed. Returns
-    the seconds waited and the (to_index, to_reweigh) seen first."""
+    `to_index` and `to_reweigh` 0) and neither index is being optimised. Until then search scores
+    the rest in Postgres, the index owner rewrites points, or an optimiser child process holds a
+    core for up to a minute: searching is correct, but not at its steady speed. Returns the
+    seconds waited, the (to_index, to_reweigh) seen first, whether an optimisation was running
+    then, and the points (dense, lexical) left to brute force once settled."""
     started = time.monotonic()
     first = None
     while True:
-        lexical = svc.client.get("/readyz").json()["components"]["lexical_index"]
+        ready = svc.client.get("/readyz").json()["components"]
+        lexical, dense = ready["lexical_index"], ready["vector_index"]
         backlog = (lexical["to_index"], lexical["to_reweigh"])
-        first = first or backlog
-        if backlog == (0, 0):
-            return time.monotonic() - started, first
+        optimising = lexical["optimising"] or dense["optimising"]
+        first = first or (backlog, optimising)
+        if backlog == (0, 0) and not optimising:
+            return time.monotonic() - started, first[0], first[1], (dense["unoptimized"], lexical["unoptimized"])
         if time.monotonic() - started > DRAIN_TIMEOUT_S:
-            raise RuntimeError(f"the lexical index still has {backlog} to write after {DRAIN_TIMEOUT_S} s")
+            raise RuntimeError(f"the lexical index still has {backlog} to write, or an index is being optimised, "
+                               f"after {DRAIN_TIMEOUT_S} s")
         time.sleep(0.25)
 
 
@@ -374,8 +383,10 @@ def size_section(size: int, engram: Run, mem0: Run) -> list[str]:
         "pipeline idle (queued 0, draining 0); memories = points in the vector index then. Searching began "
         "once the lexical index held every memory with its current weights (`/readyz` lexical_index "
         f"to_index and to_reweigh 0; at the pipeline's idle {engram.facts['lexical_backlog'][0]} and "
-        f"{engram.facts['lexical_backlog'][1]}): {engram.facts['lexical_s']:.1f} s later, not counted in the "
-        "ingest time.",
+        f"{engram.facts['lexical_backlog'][1]}) and no index was being optimised (one was at the pipeline's "
+        f"idle: {'yes' if engram.facts['was_optimising'] else 'no'}): {engram.facts['settle_s']:.1f} s later, "
+        "not counted in the ingest time. Points the indexes then searched by brute force (written since their "
+        f"last optimisation): dense {engram.facts['unoptimized'][0]}, lexical {engram.facts['unoptimized'][1]}.",
         f"- mem0 ingest: {mem0.ingest_path}; until the last call returned (mem0 writes synchronously); "
         "memories = rows in its pgvector table.",
         f"- results per search (results: searches): Engram {hits(engram)}; mem0 {hits(mem0)}.",
@@ -386,7 +397,9 @@ def size_section(size: int, engram: Run, mem0: Run) -> list[str]:
         "- CPU ms per search: CPU time used during the searches (warm-up included) divided by their number: "
         "Engram, every process of `engram up` (API, worker, Postgres, Temporal); mem0, the runner, its "
         "Postgres and this benchmark's process (the embedding endpoint; also the pipe's client side). "
-        "Well above the search's own work means something else in that system was busy.",
+        "Well above the search's own work means something else in that system was busy. Engram's by "
+        "process: " + ", ".join(f"{name} {ms:.1f}" for name, ms in sorted(engram.facts["cpu_by_process"].items(),
+                                                                         key=lambda kv: -kv[1])) + ".",
         "- 1-minute load average before ingesting / after the last search (2 cores; anything above the "
         f"system's own load is another engineer's work): Engram {engram.load[0]:.2f} / {engram.load[1]:.2f}, "
         f"mem0 {mem0.load[0]:.2f} / {mem0.load[1]:.2f}.",

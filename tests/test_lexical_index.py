@@ -95,6 +95,9 @@ async def test_a_memory_is_found_by_bm25_before_the_lexical_index_holds_it(app):
     assert set(app.runtime.served_indexes()) == {app.settings.embedding_model, "lexical"}  # what gets optimised
     ready = (await app.http.get("/readyz")).json()["components"]["lexical_index"]
     assert ready["ok"] and ready["points"] == len(TEXTS) and ready["to_index"] == ready["to_reweigh"] == 0, ready
+    assert 0 <= ready["unoptimized"] <= len(TEXTS) and ready["optimising"] is False, ready
+    dense = (await app.http.get("/readyz")).json()["components"]["vector_index"]
+    assert 0 <= dense["unoptimized"] <= dense["points"] and dense["optimising"] is False, dense
 
 
 async def test_a_growing_scope_keeps_every_point_weighed_with_one_average_length_near_its_own(app):

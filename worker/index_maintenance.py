@@ -25,6 +25,8 @@ class IndexOptimizer:
         self._after = after
         self._check_s = check_s
         self._left_waiting: dict[str, int] = {}  # what optimising left unindexed (too small to index)
+        self.optimising: str | None = None  # the index being optimised now, for readiness
+        self.optimised = 0  # optimisations finished since the process started
 
     async def run_forever(self) -> None:
         while True:
@@ -44,9 +46,13 @@ class IndexOptimizer:
                 if waiting - self._left_waiting.get(name, 0) < self._after:
                     continue
                 log.info("optimising a vector index", extra={"index": name, "unoptimized_points": waiting})
+                self.optimising = name
                 await index.optimize()
                 self._left_waiting[name] = await index.unoptimized()
+                self.optimised += 1
                 done.append(name)
             except Exception:  # the next check tries again; the shard served is unchanged
                 log.exception("optimising a vector index failed", extra={"index": name})
+            finally:
+                self.optimising = None
         return done

@@ -125,6 +125,7 @@ class Runtime:
     approvals: Approvals
     roles: frozenset[str] = ROLES
     lexical: VectorIndex | None = None  # the sparse BM25 index, where this process reads or writes it
+    optimizer: IndexOptimizer | None = None  # where this process optimises the edge shards it writes
     tasks: list[asyncio.Task] = field(default_factory=list)
     workers: list[Worker] = field(default_factory=list)
     # A remote embedder's readiness probe is a real (maybe billed) call: its answer is reused this long.
@@ -222,9 +223,9 @@ class Runtime:
                 await lexical_steps.settle(pool, lexical)
             rt._start(IndexSync(pool, lexical, embedding_spaces, settings).run_forever(), "index-sync")
         if hosts_index(settings, roles) and settings.index_optimize_after and not settings.qdrant_url:
-            optimizer = IndexOptimizer(rt.served_indexes, after=settings.index_optimize_after,
-                                       check_s=settings.index_optimize_check_s)
-            rt._start(optimizer.run_forever(), "index-optimizer")
+            rt.optimizer = IndexOptimizer(rt.served_indexes, after=settings.index_optimize_after,
+                                          check_s=settings.index_optimize_check_s)
+            rt._start(rt.optimizer.run_forever(), "index-optimizer")
         if hosts_index(settings, roles):
             activities = IndexActivities(embedding_spaces).all() + ReembedActivities(pool, embedding_spaces).all()
             if "worker" in roles:
@@ -322,10 +323,10 @@ class Runtime:
         waiting to be reweighed (their scope's average length moved)."""
         if self.lexical is None:
             return {"ok": True, "detail": "not used by this process"}
-        points, (to_index, to_reweigh) = await asyncio.gather(self.lexical.count(),
-                                                              lexical_index.to_index_counts(self.pool))
+        points, waiting, (to_index, to_reweigh) = await asyncio.gather(
+            self.lexical.count(), self.lexical.unoptimized(), lexical_index.to_index_counts(self.pool))
         return {"ok": True, "detail": f"{self.lexical.name}", "points": points, "to_index": to_index,
-                "to_reweigh": to_reweigh}
+                "to_reweigh": to_reweigh, **self._optimisation("lexical", waiting)}
 
     async def _pipeline_state(self) -> dict:
         """The write queue and the parked extractions, and why they are parked; never blocks readiness."""
@@ -376,8 +377,14 @@ class Runtime:
         if space.index is None:
             return {"ok": True, "detail": "written by the API process"}
         async with asyncio.timeout(2):
-            count = await space.index.count()
-        return {"ok": True, "detail": f"{space.index.name} ({model}), {count} points"}
+            count, waiting = await asyncio.gather(space.index.count(), space.index.unoptimized())
+        return {"ok": True, "detail": f"{space.index.name} ({model}), {count} points", "points": count,
+                **self._optimisation(model, waiting)}
+
+    def _optimisation(self, name: str, waiting: int) -> dict:
+        """The points an index searches by brute force until it is optimised, and whether it is
+        being optimised now (a child process busy on a core for seconds to minutes)."""
+        return {"unoptimized": waiting, "optimising": self.optimizer is not None and self.optimizer.optimising == name}
 
 
 async def _connect_temporal(settings: Settings, *, lazy: bool, timeout_s: float = 60) -> Client:
