@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 
@@ -39,6 +40,7 @@ async def run_worker(settings: Settings) -> None:
     os.nice(settings.worker_niceness)
     await prepare_store(settings)
     runtime = await Runtime.open(settings, roles=frozenset({"worker"}))
+    _freeze_start_up_heap()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -47,6 +49,16 @@ async def run_worker(settings: Settings) -> None:
         await stop.wait()
     finally:
         await runtime.close()
+
+
+def _freeze_start_up_heap() -> None:
+    """Put what start-up left alive (modules, models, clients: about 200,000 objects) out of the
+    cycle collector's reach. Each full collection walked them all: a pause of the event loop of
+    up to 110 ms every few hundred searches. Objects made later are collected as before. What is
+    garbage already is collected first; a frozen object that becomes garbage later is never
+    collected, which start-up's objects, living as long as the process, do not."""
+    gc.collect()
+    gc.freeze()
 
 
 def run_api(settings: Settings) -> None:
@@ -61,6 +73,7 @@ def run_api(settings: Settings) -> None:
             if settings.dev_api_key:  # the deployment's first admin key
                 await runtime.install_admin_key(settings.dev_api_key, name="bootstrap")
             async with serving_grpc(runtime, settings.grpc_host, settings.grpc_port):
+                _freeze_start_up_heap()
                 yield runtime
         finally:
             await runtime.close()
