@@ -142,9 +142,7 @@ class Bm25:
         self.timings_ms[key] = round(self.timings_ms.get(key, 0.0) + (time.perf_counter() - started) * 1e3, 3)
 
 
-async def rows(conn: asyncpg.Connection, ids: list[UUID], scope: Scope, filters: Filters,
-               query_vector: np.ndarray, model: str, bm25: dict[UUID, float]) -> list[Candidate]:
-    """The candidates that pass scope and filters now, with both raw scores."""
-    found = await repo.candidate_rows(conn, ids, scope, filters, query_vector, model)
+def from_rows(found: list[repo.CandidateRow], bm25: dict[UUID, float]) -> list[Candidate]:
+    """The candidates whose rows passed scope and filters (memories.candidate_rows), with both raw scores."""
     return [Candidate(id=r.id, created_at=r.created_at, access_count=r.access_count, similarity=r.similarity,
                       bm25=bm25.get(r.id, 0.0), has_facts=r.has_facts) for r in found]

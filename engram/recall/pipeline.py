@@ -7,7 +7,8 @@ reranker first and the rest follow in that order.
 
 Stage 1's two legs overlap: Postgres scores BM25 while the query is embedded (in a thread) and
 the vector index is searched, so `explain`'s `embed_query` + `dense` and `bm25` run side by side.
-Ranking reads a few columns per candidate (`fetch`); the full rows are read for the results only
+Ranking reads a few columns per candidate (`fetch`), beside the BM25 scores of the dense hits
+outside BM25's top (counted in `bm25` too); the full rows are read for the results only
 (`rows`), with their chain heads, so verifying them (`verify`) takes no statement of its own.
 No pooled connection is held while the query is embedded or reranked.
 """
@@ -133,8 +134,8 @@ class Recall:
     async def _candidates(self, query: str, scope: Scope, filters: Filters, depth: int,
                           explain: Explain) -> list[candidates.Candidate]:
         """Stage 1: the BM25 leg in Postgres while the vector leg embeds and searches the index,
-        then the union's rows re-checked against scope and filters. No pooled connection is held
-        while the query is embedded."""
+        then the union's rows re-checked against scope and filters, while the dense hits outside
+        BM25's top are scored. No pooled connection is held while the query is embedded."""
         s = self._settings
         model, space = await self._spaces.active()
         vector_leg = asyncio.create_task(self._vector_leg(space, query, scope, filters, depth))
@@ -151,19 +152,30 @@ class Recall:
         query_vector, dense, (embed_ms, dense_ms) = await vector_leg
         explain.stages["embed_query"] = {"ms": round(embed_ms, 3), "model": model}
         explain.stages["dense"] = {"ms": round(dense_ms, 3), "index": space.index.name, "hits": len(dense)}
-        async with self._pool.acquire() as conn:
-            t = time.perf_counter()
-            # A dense hit outside BM25's top `depth` still gets its BM25 score; if the top held
-            # fewer than `depth`, it holds every memory with a query term and the rest score 0.
-            unscored = [i for i in dense if i not in lexical]
-            if unscored and len(lexical) >= depth:
-                lexical |= await bm25.more(conn, unscored)
-            bm25_ms += (time.perf_counter() - t) * 1e3
-            explain.stages["bm25"] = {"ms": round(bm25_ms, 3), "hits": sum(1 for v in lexical.values() if v > 0),
-                                      **bm25.timings_ms}
-            t = time.perf_counter()
-            found = await candidates.rows(conn, list(dict.fromkeys([*dense, *lexical])), scope, filters,
-                                          query_vector, model, lexical)
+        # A dense hit outside BM25's top `depth` still gets its BM25 score; if the top held fewer
+        # than `depth`, it holds every memory with a query term and the rest score 0. Those
+        # scores are read beside the candidates' rows, which need only the ids.
+        unscored = [i for i in dense if i not in lexical] if len(lexical) >= depth else []
+        ids = list(dict.fromkeys([*dense, *lexical]))
+
+        async def more() -> dict[UUID, float]:
+            if not unscored:
+                return {}
+            async with self._pool.acquire() as conn:
+                return await bm25.more(conn, unscored)
+
+        async def fetch() -> list[repo.CandidateRow]:
+            async with self._pool.acquire() as conn:
+                return await repo.candidate_rows(conn, ids, scope, filters, query_vector, model)
+
+        t = time.perf_counter()
+        async with asyncio.TaskGroup() as both:
+            scored, fetched = both.create_task(more()), both.create_task(fetch())
+        lexical |= scored.result()
+        bm25_ms += (time.perf_counter() - t) * 1e3 if unscored else 0.0
+        explain.stages["bm25"] = {"ms": round(bm25_ms, 3), "hits": sum(1 for v in lexical.values() if v > 0),
+                                  **bm25.timings_ms}
+        found = candidates.from_rows(fetched.result(), lexical)
         explain.stage("fetch", t, candidates=len(found))
         return found
 
