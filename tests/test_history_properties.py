@@ -426,7 +426,7 @@ async def _bm25_state(app: App, user_id: str):
 
 
 SETTINGS = settings(
-    max_examples=25, stateful_step_count=30, deadline=None, derandomize=True, database=None, print_blob=False,
+    max_examples=16, stateful_step_count=30, deadline=None, derandomize=True, database=None, print_blob=False,
     suppress_health_check=list(HealthCheck),
 )
 
