@@ -31,6 +31,7 @@ class Candidate:
     similarity: float | None  # cosine of the canonical embedding to the query; None if not embedded yet
     bm25: float
     has_facts: bool = False  # a raw memory the write pipeline took facts from
+    around: tuple[UUID, ...] = ()  # the turns just before and after it in its session, if read
 
 
 async def dense(index: VectorIndex, query_vector: np.ndarray, scope: Scope, filters: Filters,
@@ -145,4 +146,4 @@ class Bm25:
 def from_rows(found: list[repo.CandidateRow], bm25: dict[UUID, float]) -> list[Candidate]:
     """The candidates whose rows passed scope and filters (memories.candidate_rows), with both raw scores."""
     return [Candidate(id=r.id, created_at=r.created_at, access_count=r.access_count, similarity=r.similarity,
-                      bm25=bm25.get(r.id, 0.0), has_facts=r.has_facts) for r in found]
+                      bm25=bm25.get(r.id, 0.0), has_facts=r.has_facts, around=r.around) for r in found]

@@ -7,7 +7,8 @@ reranker first and the rest follow in that order.
 
 Stage 1's two legs overlap: Postgres scores BM25 while the query is embedded (in a thread) and
 the vector index is searched, so `explain`'s `embed_query` + `dense` and `bm25` run side by side.
-Ranking reads a few columns per candidate (`fetch`), beside the BM25 scores of the dense hits
+Ranking reads a few columns per candidate and its session neighbours (`fetch`; context expansion
+needs no statement of its own), beside the BM25 scores of the dense hits
 outside BM25's top (counted in `bm25` too); the full rows are read for the results only
 (`rows`), with their chain heads, so verifying them (`verify`) takes no statement of its own.
 No pooled connection is held while the query is embedded or reranked.
@@ -111,8 +112,8 @@ class Recall:
         depth = max(s.search_candidates, opts.limit, opts.rerank_top_n if opts.rerank else 0)
         found = await self._candidates(query, scope, filters, depth, explain)
         wanted = max(opts.limit, opts.rerank_top_n if opts.rerank else 0)
+        ranked = self._first_order(found, wanted + SPARE_ROWS, explain)
         async with self._pool.acquire() as conn:
-            ranked = await self._first_order(conn, found, wanted + SPARE_ROWS, explain)
             hits, sealed, context = await self._results(conn, ranked, wanted, scope, filters, opts, explain)
         if verify is not None:  # after the connection is back: a quarantine takes one of its own
             t = time.perf_counter()
@@ -166,7 +167,8 @@ class Recall:
 
         async def fetch() -> list[repo.CandidateRow]:
             async with self._pool.acquire() as conn:
-                return await repo.candidate_rows(conn, ids, scope, filters, query_vector, model)
+                return await repo.candidate_rows(conn, ids, scope, filters, query_vector, model,
+                                                 neighbours=s.expansion_weight != 0)
 
         t = time.perf_counter()
         async with asyncio.TaskGroup() as both:
@@ -208,8 +210,7 @@ class Recall:
         dense = await candidates.dense(space.index, query_vector, scope, filters, depth)
         return query_vector, dense, ((t1 - t) * 1e3, (time.perf_counter() - t1) * 1e3)
 
-    async def _first_order(self, conn: asyncpg.Connection, found: list[candidates.Candidate], places: int,
-                           explain: Explain) -> list[Ranked]:
+    def _first_order(self, found: list[candidates.Candidate], places: int, explain: Explain) -> list[Ranked]:
         """Fusion, context expansion and the access boost: every candidate, best first; the
         first `places` in their final order (a lift is computed wherever it could change them)."""
         s = self._settings
@@ -224,7 +225,8 @@ class Recall:
         access = {c.id: math.log1p(c.access_count) for c in found}
         base = {c.id: fused[c.id] + s.rank_access_weight * access[c.id] for c in found}
         rising = expansion.could_rise(base, fused, s.expansion_weight, places)
-        neighbours = await repo.session_neighbours(conn, rising) if rising else {}
+        around = {c.id: c.around for c in found}  # read with the candidates' rows
+        neighbours = {i: around[i] for i in rising}
         lift = expansion.lifts(fused, neighbours, s.expansion_weight)
         explain.stage("expansion", t, weight=s.expansion_weight, looked_up=len(rising),
                       lifted=sum(1 for v in lift.values() if v > 0))

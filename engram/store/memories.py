@@ -272,6 +272,7 @@ class CandidateRow:
     access_count: int
     similarity: float | None  # None where the memory has no embedding from the query's model yet
     has_facts: bool = False  # a raw memory the write pipeline took facts from
+    around: tuple[UUID, ...] = ()  # its session neighbours (session_neighbours), if asked for
 
 
 def _session_neighbour(column: str, before: bool) -> str:
@@ -297,36 +298,29 @@ def _in_scope(ids: list[UUID], scope: Scope, filters: Filters, *params) -> Where
 
 async def candidate_rows(
     conn: asyncpg.Connection | asyncpg.Pool, ids: list[UUID], scope: Scope, filters: Filters,
-    query_vector: np.ndarray, model: str,
+    query_vector: np.ndarray, model: str, *, neighbours: bool = False,
 ) -> list[CandidateRow]:
     """Those of `ids` that are in `scope` and pass `filters`, each with the cosine similarity of
-    its canonical embedding to the query.
+    its canonical embedding to the query and, with `neighbours`, the live memories written just
+    before and after it in its scope and session (`_session_neighbour`).
 
     The candidates come from indexes that may lag; this re-check against the rows is what
     guarantees scope and deletion (and `sealed_rows_in_scope` checks again for the results)."""
     where = _in_scope(ids, scope, filters, query_vector, model)
+    around = (f", CASE WHEN m.session_id IS NOT NULL THEN {_session_neighbour('id', before=True)} END AS prev"
+              f", CASE WHEN m.session_id IS NOT NULL THEN {_session_neighbour('id', before=False)} END AS next"
+              if neighbours else "")
     rows = await conn.fetch(
         f"""
         SELECT m.id, m.created_at, m.access_count, m.has_facts,
-               CASE WHEN m.embedding_model = $3 THEN 1 - (m.embedding <=> $2) END AS similarity
+               CASE WHEN m.embedding_model = $3 THEN 1 - (m.embedding <=> $2) END AS similarity{around}
         FROM memories m WHERE {where.sql()}
         """,
         *where.params,
     )
-    return [CandidateRow(r["id"], r["created_at"], r["access_count"], r["similarity"], r["has_facts"]) for r in rows]
-
-
-async def session_neighbours(conn: asyncpg.Connection | asyncpg.Pool, ids: list[UUID]) -> dict[UUID, tuple[UUID, ...]]:
-    """For each of `ids` that has a session: the live memories written just before and just
-    after it in its scope and session (none across a scope, none deleted)."""
-    rows = await conn.fetch(
-        f"""
-        SELECT m.id, {_session_neighbour('id', before=True)} AS prev, {_session_neighbour('id', before=False)} AS next
-        FROM memories m WHERE m.id = ANY($1::uuid[]) AND m.session_id IS NOT NULL
-        """,
-        ids,
-    )
-    return {r["id"]: tuple(x for x in (r["prev"], r["next"]) if x is not None) for r in rows}
+    return [CandidateRow(r["id"], r["created_at"], r["access_count"], r["similarity"], r["has_facts"],
+                         tuple(x for x in (r["prev"], r["next"]) if x is not None) if neighbours else ())
+            for r in rows]
 
 
 async def sealed_rows_in_scope(conn: asyncpg.Connection | asyncpg.Pool, ids: list[UUID], scope: Scope,
