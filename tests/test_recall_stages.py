@@ -153,3 +153,23 @@ async def test_concurrent_searches_cannot_exhaust_a_small_pool(make_app):
         results = await asyncio.wait_for(asyncio.gather(*(
             app.search("rowing", scope={"user_id": "pool"}) for _ in range(8))), 30)
         assert all(len(hits) == 1 for hits in results)
+
+
+async def test_a_connection_lost_while_the_candidates_are_read_is_a_503_and_the_next_search_answers(app, monkeypatch):
+    """The candidates' rows are read beside the BM25 scores of other hits: Postgres dropping
+    that connection is still the 503 a client may retry, with the error body, not a 500."""
+    from engram.store import memories
+
+    stored = await app.remember("Yara keeps bees on the roof", scope={"user_id": "y"}, mode="sync")
+    read = memories.candidate_rows
+
+    async def dropped(conn, *args, **kwargs):
+        await conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")  # the server ends this session
+        return await read(conn, *args, **kwargs)
+
+    monkeypatch.setattr(memories, "candidate_rows", dropped)
+    response = await app.post("/api/memory/search", {"query": "bees", "scope": {"user_id": "y"}})
+    assert response.status_code == 503, response.text
+    assert response.json()["error"]["type"] == "database_unavailable"
+    monkeypatch.undo()
+    assert [h["memory"]["id"] for h in await app.search("bees", scope={"user_id": "y"})] == [stored["memory_id"]]

@@ -83,6 +83,20 @@ async def _verified(hits: list[SearchHit], sealed: list[asyncpg.Record], wanted:
     return kept, checked
 
 
+async def _side_by_side(*steps: Awaitable) -> list:
+    """The results of `steps`, run side by side. The first failure is raised as it is, once the
+    others are cancelled: not in an ExceptionGroup (as a TaskGroup would), so Postgres out of
+    reach still answers 503 (service._speaks_domain_errors)."""
+    tasks = [asyncio.ensure_future(step) for step in steps]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
 class Recall:
     """Stateless apart from its clients; safe to share across requests."""
 
@@ -171,13 +185,12 @@ class Recall:
                                                  neighbours=s.expansion_weight != 0)
 
         t = time.perf_counter()
-        async with asyncio.TaskGroup() as both:
-            scored, fetched = both.create_task(more()), both.create_task(fetch())
-        lexical |= scored.result()
+        scored, fetched = await _side_by_side(more(), fetch())
+        lexical |= scored
         bm25_ms += (time.perf_counter() - t) * 1e3 if unscored else 0.0
         explain.stages["bm25"] = {"ms": round(bm25_ms, 3), "hits": sum(1 for v in lexical.values() if v > 0),
                                   **bm25.timings_ms}
-        found = candidates.from_rows(fetched.result(), lexical)
+        found = candidates.from_rows(fetched, lexical)
         explain.stage("fetch", t, candidates=len(found))
         return found
 
