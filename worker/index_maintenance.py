@@ -26,7 +26,6 @@ class IndexOptimizer:
         self._check_s = check_s
         self._left_waiting: dict[str, int] = {}  # what optimising left unindexed (too small to index)
         self.optimising: str | None = None  # the index being optimised now, for readiness
-        self.optimised = 0  # optimisations finished since the process started
 
     async def run_forever(self) -> None:
         while True:
@@ -49,7 +48,6 @@ class IndexOptimizer:
                 self.optimising = name
                 await index.optimize()
                 self._left_waiting[name] = await index.unoptimized()
-                self.optimised += 1
                 done.append(name)
             except Exception:  # the next check tries again; the shard served is unchanged
                 log.exception("optimising a vector index failed", extra={"index": name})

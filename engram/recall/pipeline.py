@@ -7,9 +7,9 @@ reranker first and the rest follow in that order.
 
 Stage 1's two legs overlap: Postgres scores BM25 while the query is embedded (in a thread) and
 the vector index is searched, so `explain`'s `embed_query` + `dense` and `bm25` run side by side.
-Ranking reads a few columns per candidate and its session neighbours (`fetch`; context expansion
-needs no statement of its own), beside the BM25 scores of the dense hits
-outside BM25's top (counted in `bm25` too); the full rows are read for the results only
+Ranking reads a few columns per candidate and its session neighbours (`fetch`; context
+expansion needs no statement of its own), beside the BM25 scores of the dense hits outside
+BM25's top (counted in `bm25` too); the full rows are read for the results only
 (`rows`), with their chain heads, so verifying them (`verify`) takes no statement of its own.
 No pooled connection is held while the query is embedded or reranked.
 """

@@ -272,7 +272,7 @@ class CandidateRow:
     access_count: int
     similarity: float | None  # None where the memory has no embedding from the query's model yet
     has_facts: bool = False  # a raw memory the write pipeline took facts from
-    around: tuple[UUID, ...] = ()  # its session neighbours (session_neighbours), if asked for
+    around: tuple[UUID, ...] = ()  # its session neighbours (`_session_neighbour`), if asked for
 
 
 def _session_neighbour(column: str, before: bool) -> str:
