@@ -1,9 +1,9 @@
 """Stage 3 (optional): context expansion. A memory is lifted a little by its neighbours written
 just before and after it in the same scope and session: a conversation's turns answer together.
 
-The neighbours are looked up among live memories of the same scope and session only, so
-expansion never crosses a scope and never brings back a deleted memory; it only re-weights
-candidates that stage 1 already admitted."""
+The neighbours are read with the candidates' rows, among live memories of the same scope and
+session only, so expansion never crosses a scope and never brings back a deleted memory; it
+only re-weights candidates that stage 1 already admitted."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from uuid import UUID
 def could_rise(base: dict[UUID, float], fused: dict[UUID, float], weight: float, places: int) -> list[UUID]:
     """The candidates a lift could put among the best `places` by final score (base + lift): a
     lift is at most weight × the two best fused scores, so a candidate whose base falls short
-    of the places-th best base by more than that can never get there. Only these need their
-    neighbours looked up."""
+    of the places-th best base by more than that can never get there. Only these are lifted.
+    The neighbours of every candidate are read with its row now (memories.candidate_rows), so
+    this no longer saves a lookup; lifting the rest would change no result, only their scores
+    below the results."""
     if weight == 0 or not base:
         return []
     ceiling = weight * sum(heapq.nlargest(2, fused.values()))
