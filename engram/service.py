@@ -33,6 +33,7 @@ from engram.domain.models import (
     RememberItemResult, RememberRequest, RememberResponse, Scope, SearchFilters, SearchRequest, SearchResponse,
 )
 from engram.domain.text import content_hash, normalize
+from engram.access_counts import AccessCounts
 from engram.group_commit import GroupCommit
 from engram.inference.availability import Availability
 from engram.control import Control
@@ -104,6 +105,7 @@ class MemoryService:
         self.clock = clock  # what "now" is for lifetimes and time phrases; tests move it
         self._imports = imports  # import_batches.WRITTEN's wakeups: None, bulk remembers are written here
         self._group = GroupCommit(pool) if settings.remember_group_commit else None
+        self._accesses = AccessCounts(pool)
         self._background: set[asyncio.Task] = set()
         self._queue_state = (float("-inf"), (0, 0.0))  # (when read, (jobs waiting for a batch, oldest's wait))
         self._principals: dict[str, tuple[float, auth.Principal]] = {}  # key hash -> (valid until, principal)
@@ -491,8 +493,7 @@ class MemoryService:
         hits, warnings, explain = await self._recall.search(
             req.query, req.scope, filters, RecallOptions(limit=req.limit, rerank=rerank, rerank_top_n=top_n),
             verify=self._integrity.judge)
-        if hits:
-            self._spawn(repo.bump_access(self._pool, [h.memory.id for h in hits]))
+        self._accesses.add([h.memory.id for h in hits])
         return SearchResponse(results=hits, warnings=warnings, explain=explain.stages if req.explain else None)
 
     @_speaks_domain_errors
@@ -555,6 +556,7 @@ class MemoryService:
         """Let off-the-hot-path work (access counts, async starts) and queued writes finish."""
         if self._group is not None:
             await self._group.aclose()
+        await self._accesses.aclose()
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
 

@@ -9,6 +9,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from engram.access_counts import AccessCounts
+from engram.store import memories as repo
+
 CORPUS = [
     "Alice adopted a golden retriever puppy named Max",
     "Alice's favourite food is spicy ramen",
@@ -149,15 +152,42 @@ async def test_list_paginates_with_a_cursor_newest_first(app):
     assert (await app.get("/api/memory")).status_code == 422
 
 
-async def test_access_counts_update_off_the_hot_path(app):
+async def test_access_counts_are_added_up_off_the_hot_path_and_written_together(app):
     ids = await _load(app)
-    await app.search("marathon", scope={"user_id": "alice"}, limit=1)
-    for _ in range(50):
-        if await app.count("SELECT access_count FROM memories WHERE id = $1", uuid.UUID(ids[2])) == 1:
+    for _ in range(3):
+        await app.search("marathon", scope={"user_id": "alice"}, limit=1)
+    marathon = uuid.UUID(ids[2])
+    for _ in range(100):
+        if await app.count("SELECT access_count FROM memories WHERE id = $1", marathon) == 3:
             break
         await asyncio.sleep(0.05)
-    assert await app.count("SELECT access_count FROM memories WHERE id = $1", uuid.UUID(ids[2])) == 1
-    assert await app.count("SELECT sum(access_count) FROM memories") == 1
+    row = await app.pool.fetchrow("SELECT access_count, last_accessed FROM memories WHERE id = $1", marathon)
+    assert row["access_count"] == 3 and row["last_accessed"] is not None
+    assert await app.count("SELECT sum(access_count) FROM memories") == 3
+
+
+async def test_access_counts_survive_a_failed_write_and_are_written_at_close(app, monkeypatch):
+    ids = [uuid.UUID(i) for i in await _load(app)]
+    counts = AccessCounts(app.pool, flush_s=0.05)
+    real, written = repo.add_accesses, []
+
+    async def unreachable_once(pool, tally):
+        written.append({i: n for i, (n, _) in tally.items()})
+        if len(written) == 1:
+            counts.add(ids[1:3])  # a search while this write is out
+            raise ConnectionRefusedError("Postgres is down")
+        await real(pool, tally)
+    monkeypatch.setattr(repo, "add_accesses", unreachable_once)
+
+    counts.add(ids[:2])
+    while not written:
+        await asyncio.sleep(0.01)
+    await counts.aclose()
+    assert written == [{ids[0]: 1, ids[1]: 1}, {ids[0]: 1, ids[1]: 2, ids[2]: 1}], \
+        "what failed is merged with what came meanwhile, and written at close at the latest"
+    got = {r["id"]: r["access_count"] for r in await app.pool.fetch(
+        "SELECT id, access_count FROM memories WHERE id = ANY($1::uuid[])", ids)}
+    assert got == {ids[0]: 1, ids[1]: 2, ids[2]: 1, **{i: 0 for i in ids[3:]}}
 
 
 async def test_health_and_readiness_need_no_key(app):

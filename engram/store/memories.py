@@ -394,10 +394,19 @@ async def set_extraction_status(conn: asyncpg.Connection | asyncpg.Pool, memory_
     await conn.execute("UPDATE memories SET extraction_status = $2 WHERE id = $1", memory_id, status)
 
 
-async def bump_access(pool: asyncpg.Pool, ids: list[UUID]) -> None:
+async def add_accesses(pool: asyncpg.Pool, tally: dict[UUID, tuple[int, datetime]]) -> None:
+    """Add each memory's accesses (id -> (how many, the last one's time)) to its row. Rows are
+    locked in id order, as every statement here that changes several memories locks them, so
+    this never deadlocks with one; a memory gone since is skipped."""
+    ids = sorted(tally)
     await pool.execute(
-        "UPDATE memories SET access_count = access_count + 1, last_accessed = now() WHERE id = ANY($1::uuid[])",
-        ids,
+        """
+        WITH locked AS (SELECT id FROM memories WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE)
+        UPDATE memories m SET access_count = m.access_count + a.n, last_accessed = greatest(m.last_accessed, a.at)
+        FROM unnest($1::uuid[], $2::bigint[], $3::timestamptz[]) AS a(id, n, at), locked l
+        WHERE m.id = a.id AND l.id = a.id
+        """,
+        ids, [tally[i][0] for i in ids], [tally[i][1] for i in ids],
     )
 
 
