@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 FLUSH_S = 1.0
 MAX_PENDING = 100_000  # memories with a count not written yet
+CLOSE_S = 5.0
 
 
 class AccessCounts:
@@ -78,7 +79,13 @@ class AccessCounts:
                     self.dropped += n
 
     async def aclose(self) -> None:
-        """Write the tally now (one try; a failure is logged)."""
+        """Write the tally now: one try of at most CLOSE_S, so a Postgres out of reach does not
+        hold up shutdown; a failure is logged and the tally dropped."""
         self._closing.set()
-        if self._writer is not None:
-            await self._writer
+        if self._writer is None:
+            return
+        try:
+            async with asyncio.timeout(CLOSE_S):
+                await self._writer
+        except TimeoutError:
+            log.warning("access counts not written at close: Postgres did not answer within %s s", CLOSE_S)
