@@ -153,18 +153,17 @@ class Recall:
         BM25's top are scored. No pooled connection is held while the query is embedded."""
         s = self._settings
         model, space = await self._spaces.active()
-        vector_leg = asyncio.create_task(self._vector_leg(space, query, scope, filters, depth))
         bm25 = candidates.Bm25(s, query, scope, filters, self._lexical)
-        try:
+
+        async def lexical_top() -> tuple[dict[UUID, float], float]:
             t = time.perf_counter()
             async with self._pool.acquire() as conn:
-                lexical = await bm25.top(conn, depth)
-            bm25_ms = (time.perf_counter() - t) * 1e3
-        except BaseException:
-            vector_leg.cancel()
-            await asyncio.gather(vector_leg, return_exceptions=True)  # its own failure is not news
-            raise
-        query_vector, dense, (embed_ms, dense_ms) = await vector_leg
+                top = await bm25.top(conn, depth)
+            return top, (time.perf_counter() - t) * 1e3
+
+        # The vector leg first: its embedding, in a thread, is the longest step.
+        (query_vector, dense, (embed_ms, dense_ms)), (lexical, bm25_ms) = await _side_by_side(
+            self._vector_leg(space, query, scope, filters, depth), lexical_top())
         explain.stages["embed_query"] = {"ms": round(embed_ms, 3), "model": model}
         explain.stages["dense"] = {"ms": round(dense_ms, 3), "index": space.index.name, "hits": len(dense)}
         # A dense hit outside BM25's top `depth` still gets its BM25 score; if the top held fewer
