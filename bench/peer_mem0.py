@@ -1,10 +1,11 @@
 """A peer benchmark: Engram against mem0 2.2.1 (the open-source `Memory` on pgvector), on the
-same corpus and the same queries, one system after the other, in one run.
+same corpus and the same queries, in one run, the two systems taking turns.
 
 For each size N: N unique LoCoMo dev turn texts in one scope, loaded into a fresh Engram
 (`engram up`, provider `none`, the bulk endpoint) and into a fresh mem0 (its own virtualenv,
-pgvector on an embedded PostgreSQL 18 started here, `add(..., infer=False)`); then the same
-LoCoMo dev questions, one at a time from one client, against each. Both embed with the same
+pgvector on an embedded PostgreSQL 18 started here, `add(..., infer=False)`); then, with both
+up, the same LoCoMo dev questions, one at a time from one client, in blocks of BLOCK that
+alternate between the systems (A B, B A, ...), so the drift of a shared machine falls on both. Both embed with the same
 local ONNX model (bge-small-en-v1.5): Engram in its own process, mem0 through an
 OpenAI-compatible `/v1/embeddings` endpoint this benchmark serves on loopback (mem0 has no local
 ONNX embedder; that HTTP hop is mem0's cost here and the report names it).
@@ -36,7 +37,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from bench import common, ingest, locomo_data
 from worker.embedded import EmbeddedPostgres, free_port
@@ -49,6 +50,7 @@ MODEL = "bge-small-en-v1.5"  # Engram's default embedding model
 DIM = 384
 BATCH = 500  # memories per bulk request (the endpoint's maximum) and per command to the runner
 WARMUP = 10  # queries sent before the timed ones, not timed
+BLOCK = 20  # timed queries per turn (search_in_turns)
 DRAIN_TIMEOUT_S = 3 * 3600
 
 
@@ -200,7 +202,7 @@ class Run:
     search_ms: list[float] = field(default_factory=list)  # client round trips
     inner_ms: list[float] = field(default_factory=list)  # mem0: Memory.search inside the runner
     hits: Counter = field(default_factory=Counter)
-    search_cpu_ms: float = 0.0  # CPU the system used per search (warm-up included), every process of it
+    search_cpu_ms: float = 0.0  # CPU the system used per timed search, every process of it
     load: list[float] = field(default_factory=list)  # 1-minute load average before ingesting, after searching
     facts: dict = field(default_factory=dict)
 
@@ -214,10 +216,21 @@ def chunks(texts: list[str], n: int) -> Iterator[list[str]]:
         yield texts[start:start + n]
 
 
-def run_engram(size: int, texts: list[str], queries: list[str], scope: str) -> Run:
-    """`texts` into a fresh `engram up` (provider none) in scope `scope`, then `queries` (the first
-    WARMUP untimed). Raises RuntimeError if a bulk request stores less than it was sent or the
-    index ends up with other than `size` points."""
+@dataclass
+class Side:
+    """One system, loaded and searchable."""
+
+    run: Run
+    search: Callable[[str], tuple[float, int, float | None]]  # query -> (round trip ms, results, inner ms)
+    cpu_s: Callable[[], dict[str, float]]  # CPU seconds used so far, by process
+    settle: Callable[[], None] = lambda: None  # called once the other system is loaded, before searching
+
+
+@contextlib.contextmanager
+def engram_loaded(size: int, texts: list[str], scope: str) -> Iterator[Side]:
+    """`texts` in a fresh `engram up` (provider none) in scope `scope`, settled (`_wait_settled`),
+    until the block ends. Raises RuntimeError if a bulk request stores less than it was sent or
+    the index ends up with other than `size` points."""
     run = Run("Engram", size, f"`POST /api/memory/remember/batch`, {BATCH} per request, one at a time")
     run.load.append(os.getloadavg()[0])
     with common.data_dir() as data, common.service(f"peer-engram-{size}", data, {"ENGRAM_LLM_PROVIDER": "none"}) as svc:
@@ -239,25 +252,30 @@ def run_engram(size: int, texts: list[str], queries: list[str], scope: str) -> R
         (run.facts["settle_s"], run.facts["lexical_backlog"], run.facts["was_optimising"],
          run.facts["unoptimized"]) = _wait_settled(svc)
         run.stored = common.index_points(svc)
-        print(f"  Engram: {run.stored} index points after {run.ingest_s:.1f} s; searching", flush=True)
-        cpu_before = common.tree_cpu_seconds(svc.proc.pid)
-        optimised_before = _optimisations(svc)
-        for i, query in enumerate(queries):
+        if run.stored != size:
+            raise RuntimeError(f"Engram's index holds {run.stored} points, not {size}")
+        print(f"  Engram: {run.stored} index points after {run.ingest_s:.1f} s", flush=True)
+
+        def search(query: str) -> tuple[float, int, None]:
             response, ms = common.timed(svc.client.post, "/api/memory/search",
                                         json={"query": query, "scope": {"user_id": scope}, "limit": 10})
             response.raise_for_status()
-            if i >= WARMUP:
-                run.search_ms.append(ms)
-                run.hits[len(response.json()["results"])] += 1
-        cpu_after = common.tree_cpu_seconds(svc.proc.pid)
-        run.facts["cpu_by_process"] = {name: (seconds - cpu_before.get(name, 0.0)) * 1e3 / len(queries)
-                                       for name, seconds in cpu_after.items()}
-        run.search_cpu_ms = sum(run.facts["cpu_by_process"].values())
-        run.facts["optimisations"] = (optimised_before, _optimisations(svc) - optimised_before)
+            return ms, len(response.json()["results"]), None
+
+        loaded = _optimisations(svc)
+        counts = []
+
+        def settle() -> None:
+            """While mem0 loaded, the optimiser may have begun on the points waiting: searching
+            waits until it is done, as it waited after the ingest."""
+            counts.append(_optimisations(svc))
+            run.facts["resettle_s"] = _wait_settled(svc)[0]
+
+        yield Side(run, search, lambda: common.tree_cpu_seconds(svc.proc.pid), settle)
+        idle = counts[0] if counts else loaded
+        run.facts["optimisations"] = (loaded, idle - loaded, _optimisations(svc) - idle)
+        run.facts["unoptimized_at_search"] = _wait_settled(svc)[3]
         run.load.append(os.getloadavg()[0])
-    if run.stored != size:
-        raise RuntimeError(f"Engram's index holds {run.stored} points, not {size}")
-    return run
 
 
 def _wait_settled(svc: common.Service) -> tuple[float, tuple[int, int], bool, tuple[int, int]]:
@@ -289,11 +307,13 @@ def _optimisations(svc: common.Service) -> int:
     return svc.log.read_text(errors="replace").count('"msg": "optimising a vector index"')
 
 
-def run_mem0(python: Path, embedder, size: int, texts: list[str], queries: list[str], scope: str,
-             fast_load: bool) -> Run:
-    """`texts` into a fresh mem0 (a runner of `python` on a fresh embedded Postgres, embedding
-    with `embedder` through the loopback endpoint), then `queries` (the first WARMUP untimed).
-    Raises RuntimeError if a runner command fails or the table ends up with other than `size` rows."""
+@contextlib.contextmanager
+def mem0_loaded(python: Path, embedder, size: int, texts: list[str], scope: str, fast_load: bool,
+                plan_query: str) -> Iterator[Side]:
+    """`texts` in a fresh mem0 (a runner of `python` on a fresh embedded Postgres, embedding with
+    `embedder` through the loopback endpoint), until the block ends; then how Postgres plans
+    mem0's vector query for `plan_query`. Raises RuntimeError if a runner command fails or the
+    table ends up with other than `size` rows."""
     op = "load" if fast_load else "add"
     path = (f"batches of {BATCH}: `embed_batch` (100 texts per embedding request), one `vector_store.insert`, "
             "one `batch_add_history`" if fast_load else "`Memory.add(text, user_id=..., infer=False)`, one per memory")
@@ -315,31 +335,56 @@ def run_mem0(python: Path, embedder, size: int, texts: list[str], queries: list[
             runner.call(op=op, user_id=scope, texts=chunk)
         run.ingest_s = time.monotonic() - started
         run.stored = runner.call(op="count")["count"]
+        if run.stored != size:
+            raise RuntimeError(f"mem0 holds {run.stored} memories, not {size}")
         ingest_requests = endpoint.requests
-        print(f"  mem0: {run.stored} rows after {run.ingest_s:.1f} s; searching", flush=True)
+        print(f"  mem0: {run.stored} rows after {run.ingest_s:.1f} s", flush=True)
 
-        def cpu_s() -> float:  # the runner, Postgres, and this process (the embedding endpoint, the pipe)
-            trees = (common.tree_cpu_seconds(pid) for pid in (runner.proc.pid, postgres.proc.pid))
-            return sum(sum(tree.values()) for tree in trees) + time.process_time()
-
-        cpu_before = cpu_s()
-        for i, query in enumerate(queries):
+        def search(query: str) -> tuple[float, int, float]:
             answer, ms = common.timed(runner.call, op="search", user_id=scope, query=query, limit=10)
-            if i >= WARMUP:
-                run.search_ms.append(ms)
-                run.inner_ms.append(answer["ms"])
-                run.hits[answer["hits"]] += 1
-        run.search_cpu_ms = (cpu_s() - cpu_before) * 1e3 / len(queries)
+            return ms, answer["hits"], answer["ms"]
+
+        def cpu_s() -> dict[str, float]:  # this process: the embedding endpoint and the pipe's client side
+            return {"runner": sum(common.tree_cpu_seconds(runner.proc.pid).values()),
+                    "postgres": sum(common.tree_cpu_seconds(postgres.proc.pid).values()),
+                    "benchmark process": time.process_time()}
+
+        yield Side(run, search, cpu_s)
         run.load.append(os.getloadavg()[0])
+        searches = WARMUP + len(run.search_ms)
         run.facts["embedding requests while ingesting"] = ingest_requests
-        run.facts["embedding requests per search"] = (endpoint.requests - ingest_requests) / len(queries)
+        run.facts["embedding requests per search"] = (endpoint.requests - ingest_requests) / searches
         run.facts["requests other than /v1/embeddings (LLM)"] = sum(endpoint.unexpected.values())
-        run.facts["plan"] = vector_plan(postgres, embedder.embed_sync([queries[WARMUP]])[0], scope)
+        run.facts["plan"] = vector_plan(postgres, embedder.embed_sync([plan_query])[0], scope)
         started_line = re.search(r"starting (PostgreSQL [\d.]+)", (postgres.data_dir / "postgres.log").read_text())
         run.facts["postgres"] = started_line.group(1) if started_line else "PostgreSQL 18"
-    if run.stored != size:
-        raise RuntimeError(f"mem0 holds {run.stored} memories, not {size}")
-    return run
+
+
+def search_in_turns(sides: list[Side], queries: list[str]) -> None:
+    """The first WARMUP `queries` untimed on each system, then the rest in blocks of BLOCK, the
+    systems taking turns (A B, B A, A B, ...): a slower or busier minute on this shared machine
+    falls on both. CPU per search counts each system's processes over its own blocks only."""
+    for side in sides:
+        side.settle()
+    for side in sides:
+        for query in queries[:WARMUP]:
+            side.search(query)
+    timed = queries[WARMUP:]
+    used: dict[int, Counter] = {id(side): Counter() for side in sides}
+    for turn, start in enumerate(range(0, len(timed), BLOCK)):
+        for side in sides if turn % 2 == 0 else sides[::-1]:
+            before = side.cpu_s()
+            for query in timed[start:start + BLOCK]:
+                ms, hits, inner = side.search(query)
+                side.run.search_ms.append(ms)
+                side.run.hits[hits] += 1
+                if inner is not None:
+                    side.run.inner_ms.append(inner)
+            for name, seconds in side.cpu_s().items():
+                used[id(side)][name] += seconds - before.get(name, 0.0)
+    for side in sides:
+        side.run.facts["cpu_by_process"] = {name: s * 1e3 / len(timed) for name, s in used[id(side)].items()}
+        side.run.search_cpu_ms = sum(side.run.facts["cpu_by_process"].values())
 
 
 def vector_plan(postgres: EmbeddedPostgres, vector, scope: str) -> str:
@@ -392,9 +437,12 @@ def size_section(size: int, engram: Run, mem0: Run) -> list[str]:
         f"- results per search (results: searches): Engram {hits(engram)}; mem0 {hits(mem0)}.",
         "- Engram's vector-index optimisations (a child process that builds the HNSW graphs once "
         f"ENGRAM_INDEX_OPTIMIZE_AFTER points wait): {engram.facts['optimisations'][0]} begun while ingesting, "
-        f"{engram.facts['optimisations'][1]} while searching.",
+        f"{engram.facts['optimisations'][1]} while mem0 loaded (searching waited {engram.facts['resettle_s']:.1f} s "
+        f"for it to end), {engram.facts['optimisations'][2]} while searching; points searched by brute force "
+        f"after the searches: dense {engram.facts['unoptimized_at_search'][0]}, lexical "
+        f"{engram.facts['unoptimized_at_search'][1]}.",
         f"- mem0's vector query as Postgres plans it after the load: {mem0.facts['plan']}.",
-        "- CPU ms per search: CPU time used during the searches (warm-up included) divided by their number: "
+        "- CPU ms per search: CPU time used during a system's own blocks of timed searches divided by their number: "
         "Engram, every process of `engram up` (API, worker, Postgres, Temporal); mem0, the runner, its "
         "Postgres and this benchmark's process (the embedding endpoint; also the pipe's client side). "
         "Well above the search's own work means something else in that system was busy. Engram's by "
@@ -411,8 +459,9 @@ def report(args, runs: list[tuple[Run, Run]], started: float, queries: int) -> P
     first_mem0 = runs[0][1]
     facts = first_mem0.facts
     body = [
-        "Engram against mem0 on the same corpus and the same queries, one system after the other, "
-        "in one run (issue 22). Ratio = Engram / mem0: below 1 Engram is faster for latency; above 1 "
+        f"Engram against mem0 on the same corpus and the same queries in one run (issue 22): both loaded, "
+        f"then searched in blocks of {BLOCK} queries that alternate between them (A B, B A, ...), so a busier "
+        "minute on this shared machine falls on both. Ratio = Engram / mem0: below 1 Engram is faster for latency; above 1 "
         "Engram ingests faster.",
         "",
         *itertools.chain.from_iterable(size_section(e.size, e, m) for e, m in runs),
@@ -498,8 +547,13 @@ def main() -> None:
         print(f"{size} memories", flush=True)
         texts = list(itertools.islice(ingest.unique_texts(f"peer-{size}"), size))
         scope = f"peer-{size}"
-        engram = run_engram(size, texts, queries, scope)
-        mem0 = run_mem0(python, embedder, size, texts, queries, scope, size > args.mem0_fast_load_above)
+        with contextlib.ExitStack() as stack:
+            engram = stack.enter_context(engram_loaded(size, texts, scope))
+            mem0 = stack.enter_context(
+                mem0_loaded(python, embedder, size, texts, scope, size > args.mem0_fast_load_above, queries[WARMUP]))
+            print("  searching, the systems taking turns", flush=True)
+            search_in_turns([engram, mem0], queries)
+        engram, mem0 = engram.run, mem0.run
         for r in (engram, mem0):
             p = common.percentiles(r.search_ms)
             print(f"  {r.system}: {r.rate:.1f} memories/s; search p50/p95/p99 "
