@@ -7,9 +7,10 @@ and category 5 apart; Recall@5, Recall@10, nDCG@10, Hit@10.
 
 Each turn also carries its session as `session_id` (`session_3`), which the service's context
 expansion reads. The questions are asked of the same data several times, restarting the service
-between runs: with default settings (access counts, which every search bumps, feed the ranking,
-so later questions see earlier questions' hits boosted); with ENGRAM_RANK_ACCESS_WEIGHT=0 (pure
-retrieval); with context expansion off as well; and with the opt-in cross-encoder rerank. The
+between runs: with default settings (pure retrieval: the access weight is 0, so no question's
+ranking depends on the questions before it); with the access boost on (ENGRAM_RANK_ACCESS_WEIGHT
+=0.02, the default until 2026-11: later questions see earlier questions' hits boosted); with each
+stage off in turn; and with the opt-in cross-encoder rerank. The
 README's baselines (BM25, dense MiniLM, 0.5/0.5 min-max hybrid, RRF) are computed in this
 process for comparison.
 
@@ -352,9 +353,10 @@ def report(conversations, questions, dropped, runs: list[ServiceRun], offline: l
         "Service rows: `POST /api/memory/search` (`limit` 10, the question verbatim) on `engram up` with "
         "`ENGRAM_LLM_PROVIDER=none`; memories sent with `mode=async` in turn order and every job `done` before "
         "the first question; questions asked in file order. All rows use the same stored memories; the service "
-        "was restarted whenever the settings change. \"default settings\" includes the access boost "
-        "(each search bumps its hits' access counts, score += 0.02·log(1+access_count)), so earlier questions "
-        "move later rankings; the other rows set `ENGRAM_RANK_ACCESS_WEIGHT=0`. Context expansion (each "
+        "was restarted whenever the settings change. The access boost is off by default (weight 0), so "
+        "no question's ranking depends on the questions before it; the `ENGRAM_RANK_ACCESS_WEIGHT=0.02` row "
+        "turns it on (each search counts its hits' accesses, score += 0.02·log(1+access_count)). "
+        "Context expansion (each "
         "candidate lifted by 0.1 × the fused scores of its session neighbours) is on by default.\n\n"
         f"The service's embedding model (from `/readyz`): **{service_model}**.\n\n"
         "Other rows: the README's baselines computed in this process (statistics and min-max over all memories "
