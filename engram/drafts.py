@@ -76,16 +76,18 @@ async def hold_for_approval(conn: asyncpg.Connection, s: Settings, memory_id: UU
     return approval_id
 
 
-async def end_earlier_sessions(pool: asyncpg.Pool, sessions: list[Session]) -> None:
-    """Expire the STATE memories of each scope's other sessions, after the write that began a
-    session has committed: in a transaction of its own, so remembers of the scope do not queue
-    behind it, and retried when it deadlocks with the pipeline's own row updates. It never
-    fails the write, which is stored already: a STATE left over still ends by its lifetime
-    (LIFETIME_STATE_S), and the failure is logged."""
+async def end_earlier_sessions(conn: asyncpg.Connection, sessions: list[Session]) -> None:
+    """Expire the STATE memories of each scope's other sessions, in the transaction of the write
+    that began the session: its answer, and a bulk import's, is published only with the
+    sessions ended, and a crash cannot keep one write without the other. Each attempt is a
+    savepoint, retried when it deadlocks with the pipeline's own row updates. It never fails
+    the write: a STATE left over still ends by its lifetime (LIFETIME_STATE_S), and the
+    failure is logged."""
     for session in sessions:
         for attempt in range(1, SESSION_END_ATTEMPTS + 1):
             try:
-                await repo.end_other_sessions(pool, session.scope, session.session_id, session.at)
+                async with conn.transaction():
+                    await repo.end_other_sessions(conn, session.scope, session.session_id, session.at)
                 break
             except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError) as err:
                 if attempt == SESSION_END_ATTEMPTS:

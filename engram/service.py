@@ -207,7 +207,7 @@ class MemoryService:
             return await self._write(conn, principal, req, request_id, raw_saved=down is not None, stats=stats,
                                      path=path, model=model)
 
-        # A remember that begins a session ends the scope's other sessions once it has committed,
+        # A remember that begins a session ends the scope's other sessions in its transaction,
         # and two in one group would end each other's: those keep a transaction of their own.
         if self._group is not None and req.session_id is None:
             written = await self._group.write(write, order=(_scope_order(req.scope), normalize(req.content)))
@@ -215,10 +215,10 @@ class MemoryService:
             async with self._pool.acquire() as conn:
                 async with conn.transaction():
                     written = await write(conn)
+                    if isinstance(written, _Written) and written.session is not None:
+                        await drafts.end_earlier_sessions(conn, [written.session])
         if isinstance(written, RememberResponse):
             return written
-        if written.session is not None:
-            await drafts.end_earlier_sessions(self._pool, [written.session])
         if written.duplicate:
             answer = await self._answer_for_existing(written.memory_id,
                                                      [DUPLICATE])
@@ -251,10 +251,7 @@ class MemoryService:
             raise ValidationFailed(f"items: at most {limit} per request (got {len(items)}); split the import")
         if not self._settings.import_handoff_s or self._imports is None:
             async with self._pool.acquire() as conn:
-                answer, sessions = await self._write_batch(conn, principal, items, uuid.uuid4(), request_id, path,
-                                                           model)
-            await drafts.end_earlier_sessions(self._pool, sessions)
-            return answer
+                return await self._write_batch(conn, principal, items, uuid.uuid4(), request_id, path, model)
         batch_id = uuid.uuid4()
         with self._imports.watch(batch_id) as written:  # before staging: its notification cannot be missed
             await import_batches.stage(self._pool, batch_id, principal=dataclasses.asdict(principal), items=items,
@@ -301,23 +298,20 @@ class MemoryService:
                         return None
                     taken, p = batch["id"], batch["principal"]
                     principal = auth.Principal(id=p["id"], name=p["name"], role=p["role"], grants=tuple(p["grants"]))
-                    answer, sessions = await self._write_batch(conn, principal, batch["items"], taken,
-                                                               batch["request_id"], batch["path"],
-                                                               ModelAttribution(**batch["model"]))
+                    answer = await self._write_batch(conn, principal, batch["items"], taken, batch["request_id"],
+                                                     batch["path"], ModelAttribution(**batch["model"]))
                     await import_batches.answer(conn, taken, answer.model_dump(mode="json"))
         except Exception:
             if taken is not None:  # rolled back: still staged, for the next taker
                 with contextlib.suppress(*pool_module.UNREACHABLE, asyncpg.PostgresError):
                     await import_batches.failed(self._pool, taken)
             raise
-        await drafts.end_earlier_sessions(self._pool, sessions)
         return answer
 
     async def _write_batch(self, conn: asyncpg.Connection, principal: auth.Principal, items: list, import_id: UUID,
-                           request_id: str | None, path: str, model: ModelAttribution
-                           ) -> tuple[RememberBatchResponse, list[drafts.Session]]:
+                           request_id: str | None, path: str, model: ModelAttribution) -> RememberBatchResponse:
         """`remember_batch`'s write, in one transaction (a savepoint of the caller's, if it has
-        one), and the sessions it began.
+        one), which also ends the scopes' sessions before the ones its items began.
 
         Items are written in (scope, content) order, so two imports holding the same texts
         cannot deadlock on them, and their BM25 statistics are written once, at the end."""
@@ -359,11 +353,11 @@ class MemoryService:
                     scope = _scope_order(req.scope)
                     if index >= sessions.get(scope, (-1, None))[0]:
                         sessions[scope] = (index, written.session)
+            await drafts.end_earlier_sessions(conn, [s for _, s in sessions.values()])
             await repo.add_stats(conn, stats)
         stored = sum(r.error is None for r in results.values())
-        return (RememberBatchResponse(job_id=import_id, stored=stored, failed=len(items) - stored,
-                                      results=[results[i] for i in range(len(items))]),
-                [s for _, s in sessions.values()])
+        return RememberBatchResponse(job_id=import_id, stored=stored, failed=len(items) - stored,
+                                     results=[results[i] for i in range(len(items))])
 
     async def _item_answer(self, conn: asyncpg.Connection, principal: auth.Principal, index: int, req: RememberItem,
                            written: _Written | RememberResponse, down: str | None) -> RememberItemResult:
