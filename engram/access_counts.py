@@ -45,11 +45,7 @@ class AccessCounts:
         """Count one access of each of `ids` now; written within `flush_s`."""
         now = datetime.now(timezone.utc)
         for memory_id in ids:
-            n, _ = self._pending.get(memory_id, (0, now))
-            if n == 0 and len(self._pending) >= MAX_PENDING:
-                self.dropped += 1
-                continue
-            self._pending[memory_id] = (n + 1, now)
+            self._count(memory_id, 1, now)
         if self._pending and self._writer is None:
             self._writer = asyncio.get_running_loop().create_task(self._write_soon())
 
@@ -72,11 +68,19 @@ class AccessCounts:
             log.warning("writing access counts failed; they are kept for the next write", exc_info=True,
                         extra={"memories": len(tally)})
             for memory_id, (n, at) in tally.items():  # merged under what arrived meanwhile
-                later_n, later_at = self._pending.get(memory_id, (0, at))
-                if later_n or len(self._pending) < MAX_PENDING:
-                    self._pending[memory_id] = (n + later_n, max(at, later_at))
-                else:
-                    self.dropped += n
+                self._count(memory_id, n, at)
+
+    def _count(self, memory_id: UUID, n: int, at: datetime) -> None:
+        """Add `n` accesses, the last at `at`; dropped, and counted in `dropped`, if the tally is
+        full and holds none of this memory's yet."""
+        had, last = self._pending.get(memory_id, (0, at))
+        if had == 0 and len(self._pending) >= MAX_PENDING:
+            if self.dropped == 0:
+                log.warning("the access tally is full: counts are dropped while Postgres cannot be written"
+                            " (logged once)", extra={"memories": MAX_PENDING})
+            self.dropped += n
+            return
+        self._pending[memory_id] = (had + n, max(at, last))
 
     async def aclose(self) -> None:
         """Write the tally now: one try of at most CLOSE_S, so a Postgres out of reach does not

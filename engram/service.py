@@ -21,6 +21,7 @@ import asyncpg
 from pydantic import ValidationError as PydanticValidationError
 
 from engram import drafts
+from engram.access_counts import AccessCounts
 from engram.domain import auth
 from engram.domain.changes import NO_MODEL, ModelAttribution
 from engram.domain.errors import (
@@ -33,7 +34,6 @@ from engram.domain.models import (
     RememberItemResult, RememberRequest, RememberResponse, Scope, SearchFilters, SearchRequest, SearchResponse,
 )
 from engram.domain.text import content_hash, normalize
-from engram.access_counts import AccessCounts
 from engram.group_commit import GroupCommit
 from engram.inference.availability import Availability
 from engram.control import Control
