@@ -10,6 +10,7 @@ import asyncio
 import shutil
 import uuid
 
+import numpy as np
 import pytest
 
 from engram import lexical_steps
@@ -68,7 +69,13 @@ async def test_the_lexical_index_top_equals_the_aggregation_of_every_posting(app
                                               b=s.bm25_b, limit=depth)
                 others = [i for i in await repo.bm25_scores(conn, Scope(**scope), filters, bm25_terms(query),
                                                             k1=s.bm25_k1, b=s.bm25_b, limit=300) if i not in got]
-                more = await bm25.more(conn, others[:7] + [uuid.uuid4()])
+                asked = others[:7] + [uuid.uuid4()]
+                known, exact = await bm25.exact(conn, [*got][:2] + asked)
+                assert set(known) >= set([*got][:2]) and set(exact.ids) <= set(asked), "nothing is scored twice"
+                read = await repo.candidate_rows(conn, asked, Scope(**scope), filters, np.zeros(384), "none",
+                                                 bm25=exact)
+                more = {i: v for i, v in known.items() if i in asked} | {r.id: r.bm25 for r in read
+                                                                          if r.bm25 is not None}
                 want_more = await repo.bm25_scores(conn, Scope(**scope), filters, bm25_terms(query), k1=s.bm25_k1,
                                                    b=s.bm25_b, limit=300)
             # Scored from the points' vectors: the same arithmetic as Postgres's, summed in another order.

@@ -46,8 +46,8 @@ OVERFETCH = 1.25  # index hits scored exactly per BM25 candidate kept
 
 class Bm25:
     """Okapi BM25 of one query over a scope: its top (`top`), then the scores of other memories
-    (`more`, the dense hits outside that top), every score exact under the same statistics,
-    which are read once.
+    (`exact`, the dense hits outside that top, read with their rows), every score exact under the
+    same statistics, which are read once.
 
     With the lexical `index`, the top is found without reading every posting of the scope: the
     index's best depth·OVERFETCH by its stored weights, plus the scope's memories it does not hold
@@ -80,34 +80,30 @@ class Bm25:
         stats = await self._read_stats(conn)
         if not stats.idf:
             return {}
-        await self._score_from_index(conn, math.ceil(depth * OVERFETCH), None)
+        await self._score_from_index(conn, math.ceil(depth * OVERFETCH))
         await self._score_in_postgres(conn, stats.unindexed)
         return dict(sorted(self._scores.items(), key=lambda item: -item[1])[:depth])
 
-    async def more(self, conn: asyncpg.Connection, ids: list[UUID]) -> dict[UUID, float]:
-        """The scores of those of `ids` that hold a query term (the others score 0), read by id:
-        never an aggregation over the scope."""
-        if not self._terms or not ids:
-            return {}
-        stats = await self._read_stats(conn)
-        if not stats.idf:
-            return {}
-        missing = [i for i in ids if i not in self._scores]
-        if missing:
-            if self._index is None:
-                await self._score_in_postgres(conn, missing)
-            else:
-                await self._score_from_index(conn, len(missing), missing)
-        return {i: self._scores[i] for i in ids if i in self._scores}
+    async def exact(self, conn: asyncpg.Connection, ids: list[UUID]
+                    ) -> tuple[dict[UUID, float], lexical_index.ExactScoring | None]:
+        """The scores of `ids` known already (the index's overfetch past the top), and how the
+        others are to be scored as their rows are read (memories.candidate_rows; None: no other
+        holds a query term): by id, never an aggregation over the scope."""
+        if not ids or not self._terms:
+            return {}, None
+        stats = await self._read_stats(conn)  # read already, unless the postings gave the top
+        known = {i: self._scores[i] for i in ids if i in self._scores}
+        todo = [i for i in ids if i not in known]
+        return known, lexical_index.ExactScoring(stats, todo, self._k1, self._b) if todo and stats.idf else None
 
-    async def _score_from_index(self, conn: asyncpg.Connection, limit: int, ids: list[UUID] | None) -> None:
-        """The index's best `limit` (among `ids`), scored from their vectors. Postgres scores a
+    async def _score_from_index(self, conn: asyncpg.Connection, limit: int) -> None:
+        """The index's best `limit`, scored from their vectors. Postgres scores a
         memory the index does not hold yet (`stats.unindexed`), whatever an old point of it
         says; one whose vector cannot give its exact score; and every hit of a query holding
         a term id that stands for two terms."""
         stats = self._stats
         started = time.perf_counter()
-        hits = await self._index.search(self._query, self._scope, self._filters, limit, ids=ids, with_vectors=True)
+        hits = await self._index.search(self._query, self._scope, self._filters, limit, with_vectors=True)
         in_postgres = []
         for hit in hits:
             if hit.id in self._unindexed:
@@ -126,8 +122,8 @@ class Bm25:
         todo = [i for i in ids if i not in self._scores]
         if todo:
             started = time.perf_counter()
-            self._scores |= await lexical_index.exact_scores(conn, self._scope, self._filters, self._stats, todo,
-                                                             k1=self._k1, b=self._b)
+            self._scores |= await lexical_index.exact_scores(
+                conn, self._scope, self._filters, lexical_index.ExactScoring(self._stats, todo, self._k1, self._b))
             self._time("postgres", started)
 
     async def _read_stats(self, conn: asyncpg.Connection) -> lexical_index.QueryStats:

@@ -5,13 +5,13 @@ final = fused + expansion + c·log(1 + access_count), where
 fused = a·minmax(vector) + b·minmax(BM25); with rerank, the top N are ordered by the
 reranker first and the rest follow in that order.
 
-Stage 1's two legs overlap: Postgres scores BM25 while the query is embedded (in a thread) and
-the vector index is searched, so `explain`'s `embed_query` + `dense` and `bm25` run side by side.
-Ranking reads a few columns per candidate and its session neighbours (`fetch`; context
-expansion needs no statement of its own), beside the BM25 scores of the dense hits outside
-BM25's top (counted in `bm25` too); the full rows are read for the results only
-(`rows`), with their chain heads, so verifying them (`verify`) takes no statement of its own.
-No pooled connection is held while the query is embedded or reranked.
+Stage 1's two legs overlap: Postgres and the lexical index find BM25's top while the query is
+embedded (in a thread) and the vector index searched, so `explain`'s `embed_query` + `dense` and
+`bm25` run side by side. Ranking reads a few columns per candidate and its session neighbours
+(`fetch`; context expansion needs no statement of its own), and with them the BM25 scores of the
+dense hits outside BM25's top; the full rows are read for the results only (`rows`), with their
+chain heads, so verifying them (`verify`) takes no statement of its own. Those three reads share
+one connection. No pooled connection is held while the query is embedded or reranked.
 """
 
 from __future__ import annotations
@@ -97,6 +97,19 @@ async def _side_by_side(*steps: Awaitable) -> list:
         raise
 
 
+@dataclass(frozen=True)
+class _Legs:
+    """What stage 1's two legs found: the query vector and the dense hits; BM25's top, its
+    scorer and its time."""
+
+    model: str
+    query_vector: np.ndarray
+    dense: dict[UUID, float]
+    lexical: dict[UUID, float]
+    bm25: candidates.Bm25
+    bm25_ms: float
+
+
 class Recall:
     """Stateless apart from its clients; safe to share across requests."""
 
@@ -124,10 +137,12 @@ class Recall:
         s = self._settings
         explain = Explain()
         depth = max(s.search_candidates, opts.limit, opts.rerank_top_n if opts.rerank else 0)
-        found = await self._candidates(query, scope, filters, depth, explain)
+        legs = await self._legs(query, scope, filters, depth, explain)
         wanted = max(opts.limit, opts.rerank_top_n if opts.rerank else 0)
-        ranked = self._first_order(found, wanted + SPARE_ROWS, explain)
+        # One connection from here to the results: each release is a round trip (pool.create_pool).
         async with self._pool.acquire() as conn:
+            found = await self._candidates(conn, legs, scope, filters, depth, explain)
+            ranked = self._first_order(found, wanted + SPARE_ROWS, explain)
             hits, sealed, context = await self._results(conn, ranked, wanted, scope, filters, opts, explain)
         if verify is not None:  # after the connection is back: a quarantine takes one of its own
             t = time.perf_counter()
@@ -146,11 +161,10 @@ class Recall:
                 warnings.append(warning)
         return hits[:opts.limit], warnings, explain
 
-    async def _candidates(self, query: str, scope: Scope, filters: Filters, depth: int,
-                          explain: Explain) -> list[candidates.Candidate]:
-        """Stage 1: the BM25 leg in Postgres while the vector leg embeds and searches the index,
-        then the union's rows re-checked against scope and filters, while the dense hits outside
-        BM25's top are scored. No pooled connection is held while the query is embedded."""
+    async def _legs(self, query: str, scope: Scope, filters: Filters, depth: int, explain: Explain) -> _Legs:
+        """Stage 1's two legs side by side: BM25's top in Postgres and the lexical index while
+        the query is embedded and the vector index searched. No pooled connection is held while
+        the query is embedded."""
         s = self._settings
         model, space = await self._spaces.active()
         bm25 = candidates.Bm25(s, query, scope, filters, self._lexical)
@@ -166,29 +180,25 @@ class Recall:
             self._vector_leg(space, query, scope, filters, depth), lexical_top())
         explain.stages["embed_query"] = {"ms": round(embed_ms, 3), "model": model}
         explain.stages["dense"] = {"ms": round(dense_ms, 3), "index": space.index.name, "hits": len(dense)}
-        # A dense hit outside BM25's top `depth` still gets its BM25 score; if the top held fewer
-        # than `depth`, it holds every memory with a query term and the rest score 0. Those
-        # scores are read beside the candidates' rows, which need only the ids.
-        unscored = [i for i in dense if i not in lexical] if len(lexical) >= depth else []
-        ids = list(dict.fromkeys([*dense, *lexical]))
+        return _Legs(model, query_vector, dense, lexical, bm25, bm25_ms)
 
-        async def more() -> dict[UUID, float]:
-            if not unscored:
-                return {}
-            async with self._pool.acquire() as conn:
-                return await bm25.more(conn, unscored)
-
-        async def fetch() -> list[repo.CandidateRow]:
-            async with self._pool.acquire() as conn:
-                return await repo.candidate_rows(conn, ids, scope, filters, query_vector, model,
-                                                 neighbours=s.expansion_weight != 0)
-
+    async def _candidates(self, conn: asyncpg.Connection, legs: _Legs, scope: Scope, filters: Filters, depth: int,
+                          explain: Explain) -> list[candidates.Candidate]:
+        """Stage 1's union, its rows re-checked against scope and filters, the dense hits outside
+        BM25's top scored as they are read."""
         t = time.perf_counter()
-        scored, fetched = await _side_by_side(more(), fetch())
-        lexical |= scored
-        bm25_ms += (time.perf_counter() - t) * 1e3 if unscored else 0.0
-        explain.stages["bm25"] = {"ms": round(bm25_ms, 3), "hits": sum(1 for v in lexical.values() if v > 0),
-                                  **bm25.timings_ms}
+        # A dense hit outside BM25's top `depth` still gets its BM25 score; if the top held fewer
+        # than `depth`, it holds every memory with a query term and the rest score 0.
+        lexical = legs.lexical
+        unscored = [i for i in legs.dense if i not in lexical] if len(lexical) >= depth else []
+        ids = list(dict.fromkeys([*legs.dense, *lexical]))
+        known, exact = await legs.bm25.exact(conn, unscored)
+        fetched = await repo.candidate_rows(conn, ids, scope, filters, legs.query_vector, legs.model,
+                                            neighbours=self._settings.expansion_weight != 0, bm25=exact)
+        lexical = lexical | known | {r.id: r.bm25 for r in fetched if r.bm25 is not None}
+        explain.stages["bm25"] = {"ms": round(legs.bm25_ms, 3), "hits": sum(1 for v in lexical.values() if v > 0),
+                                  "scored_with_rows": len(exact.ids) if exact is not None else 0,
+                                  **legs.bm25.timings_ms}
         found = candidates.from_rows(fetched, lexical)
         explain.stage("fetch", t, candidates=len(found))
         return found

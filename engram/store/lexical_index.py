@@ -245,27 +245,42 @@ async def query_stats(conn: asyncpg.Connection, scope: Scope, filters: Filters, 
                       shared_term_id=rows[0]["shared"])
 
 
-async def exact_scores(conn: asyncpg.Connection, scope: Scope, filters: Filters, stats: QueryStats,
-                       ids: list[UUID], *, k1: float, b: float) -> dict[UUID, float]:
-    """Okapi BM25 under `stats` of the memories `ids` in `scope` that pass `filters` and hold a
-    query term: memories.bm25_scores's scores, from a statement that reads no statistics."""
-    terms = sorted(stats.idf)
-    if not terms or not ids:
+@dataclass(frozen=True)
+class ExactScoring:
+    """Okapi BM25 under a query's statistics, for memories read by id (`score_column`)."""
+
+    stats: QueryStats
+    ids: list[UUID]  # the memories to score; any other reads NULL
+    k1: float
+    b: float
+
+
+def score_column(params: list, scoring: ExactScoring) -> str:
+    """A column over `memories m`: m's Okapi BM25 under `scoring.stats` if m is one of
+    `scoring.ids` and holds a query term, else NULL; memories.bm25_scores's arithmetic, from m's
+    postings, reading no statistics. Its values are appended to `params`."""
+    terms = sorted(scoring.stats.idf)
+    first = len(params) + 1
+    params += [terms, [scoring.stats.idf[t] for t in terms], scoring.k1, scoring.b, scoring.stats.avgdl, scoring.ids]
+    terms_p, idf_p, k1, b, avgdl, ids_p = (f"${first + i}" for i in range(6))
+    return f"""CASE WHEN m.id = ANY({ids_p}::uuid[]) THEN (
+        SELECT sum(q.idf * t.tf * ({k1}::float8 + 1)
+                   / (t.tf + {k1}::float8
+                      * (1 - {b}::float8 + {b}::float8 * m.token_count / greatest({avgdl}::float8, 1))))
+        FROM memory_terms t JOIN unnest({terms_p}::text[], {idf_p}::float8[]) AS q(term, idf) ON q.term = t.term
+        WHERE t.memory_id = m.id) END"""
+
+
+async def exact_scores(conn: asyncpg.Connection, scope: Scope, filters: Filters, scoring: ExactScoring
+                       ) -> dict[UUID, float]:
+    """The scores (`score_column`) of the memories `scoring.ids` in `scope` that pass `filters`
+    and hold a query term."""
+    if not scoring.stats.idf or not scoring.ids:
         return {}
-    where = Where([terms, [stats.idf[t] for t in terms], k1, b, stats.avgdl, ids])
+    where = Where([scoring.ids])
+    where.add_raw("m.id = ANY($1::uuid[])")
     where.scope(scope, "m")
     where.filters(filters)
-    rows = await conn.fetch(
-        f"""
-        WITH q AS (SELECT unnest($1::text[]) AS term, unnest($2::float8[]) AS idf)
-        SELECT t.memory_id,
-               sum(q.idf * t.tf * ($3::float8 + 1)
-                   / (t.tf + $3::float8 * (1 - $4::float8 + $4::float8 * m.token_count / greatest($5::float8, 1))))
-                   AS score
-        FROM memory_terms t JOIN q ON q.term = t.term JOIN memories m ON m.id = t.memory_id
-        WHERE t.memory_id = ANY($6::uuid[]) AND {where.sql()}
-        GROUP BY t.memory_id
-        """,
-        *where.params,
-    )
-    return {r["memory_id"]: float(r["score"]) for r in rows}
+    score = score_column(where.params, scoring)
+    rows = await conn.fetch(f"SELECT m.id, {score} AS score FROM memories m WHERE {where.sql()}", *where.params)
+    return {r["id"]: float(r["score"]) for r in rows if r["score"] is not None}

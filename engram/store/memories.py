@@ -16,7 +16,7 @@ from engram.domain.changes import NO_MODEL, ModelAttribution
 from engram.domain.filters import Filters
 from engram.domain.models import Memory, MemoryDraft, Scope
 from engram.domain.text import content_hash, normalize, term_frequencies
-from engram.store import history
+from engram.store import history, lexical_index
 from engram.store.sql import Where
 
 MEMORY_COLUMNS = """
@@ -273,6 +273,7 @@ class CandidateRow:
     similarity: float | None  # None where the memory has no embedding from the query's model yet
     has_facts: bool = False  # a raw memory the write pipeline took facts from
     around: tuple[UUID, ...] = ()  # its session neighbours (`_session_neighbour`), if asked for
+    bm25: float | None = None  # its exact BM25, if asked for and it holds a query term
 
 
 def _session_neighbour(column: str, before: bool) -> str:
@@ -299,10 +300,12 @@ def _in_scope(ids: list[UUID], scope: Scope, filters: Filters, *params) -> Where
 async def candidate_rows(
     conn: asyncpg.Connection | asyncpg.Pool, ids: list[UUID], scope: Scope, filters: Filters,
     query_vector: np.ndarray, model: str, *, neighbours: bool = False,
+    bm25: lexical_index.ExactScoring | None = None,
 ) -> list[CandidateRow]:
     """Those of `ids` that are in `scope` and pass `filters`, each with the cosine similarity of
-    its canonical embedding to the query and, with `neighbours`, the live memories written just
-    before and after it in its scope and session (`_session_neighbour`).
+    its canonical embedding to the query; with `neighbours`, the live memories written just
+    before and after it in its scope and session (`_session_neighbour`); and with `bm25`, the
+    exact BM25 of those of `bm25.ids` (lexical_index.score_column).
 
     The candidates come from indexes that may lag; this re-check against the rows is what
     guarantees scope and deletion (and `sealed_rows_in_scope` checks again for the results)."""
@@ -310,16 +313,18 @@ async def candidate_rows(
     around = (f", CASE WHEN m.session_id IS NOT NULL THEN {_session_neighbour('id', before=True)} END AS prev"
               f", CASE WHEN m.session_id IS NOT NULL THEN {_session_neighbour('id', before=False)} END AS next"
               if neighbours else "")
+    score = f", {lexical_index.score_column(where.params, bm25)} AS bm25" if bm25 is not None else ""
     rows = await conn.fetch(
         f"""
         SELECT m.id, m.created_at, m.access_count, m.has_facts,
-               CASE WHEN m.embedding_model = $3 THEN 1 - (m.embedding <=> $2) END AS similarity{around}
+               CASE WHEN m.embedding_model = $3 THEN 1 - (m.embedding <=> $2) END AS similarity{around}{score}
         FROM memories m WHERE {where.sql()}
         """,
         *where.params,
     )
     return [CandidateRow(r["id"], r["created_at"], r["access_count"], r["similarity"], r["has_facts"],
-                         tuple(x for x in (r["prev"], r["next"]) if x is not None) if neighbours else ())
+                         tuple(x for x in (r["prev"], r["next"]) if x is not None) if neighbours else (),
+                         r["bm25"] if bm25 is not None else None)
             for r in rows]
 
 
