@@ -138,11 +138,10 @@ class VectorIndex(Protocol):
         """Remove points; missing ids are ignored."""
 
     async def search(self, vector: Vector, scope: Scope, filters: Filters, limit: int, *,
-                     ids: list[UUID] | None = None, with_vectors: bool = False) -> list[VectorHit]:
-        """Nearest points inside `scope` passing `filters` (and among `ids`, if given), best
-        first: cosine similarity as the score, or for a sparse query the dot product with each
-        point's weights (points holding no query term are not hits); with their vectors if
-        asked."""
+                     with_vectors: bool = False) -> list[VectorHit]:
+        """Nearest points inside `scope` passing `filters`, best first: cosine similarity as the
+        score, or for a sparse query the dot product with each point's weights (points holding
+        no query term are not hits); with their vectors if asked."""
 
     async def count(self) -> int: ...
 
@@ -243,12 +242,12 @@ class EdgeIndex:
         await asyncio.to_thread(self._write, q.UpdateOperation.delete_points([str(i) for i in ids]))
 
     async def search(self, vector: Vector, scope: Scope, filters: Filters, limit: int, *,
-                     ids: list[UUID] | None = None, with_vectors: bool = False) -> list[VectorHit]:
+                     with_vectors: bool = False) -> list[VectorHit]:
         import qdrant_edge as q
 
         request = q.QueryRequest(
             limit=limit, query=q.Query.Nearest(_edge_vector(vector), using=self._vector_name),
-            filter=_edge_filter(scope, filters, ids), with_payload=False,
+            filter=_edge_filter(scope, filters), with_payload=False,
             with_vector=[self._vector_name] if with_vectors else False,
         )
         points = await asyncio.to_thread(self._shard.query, request)
@@ -382,10 +381,10 @@ class QdrantServerIndex:
         await self._client.delete(self._collection, m.PointIdsList(points=[str(i) for i in ids]), wait=True)
 
     async def search(self, vector: Vector, scope: Scope, filters: Filters, limit: int, *,
-                     ids: list[UUID] | None = None, with_vectors: bool = False) -> list[VectorHit]:
+                     with_vectors: bool = False) -> list[VectorHit]:
         result = await self._client.query_points(
             self._collection, query=_server_vector(vector), using=self._vector_name,
-            query_filter=_server_filter(scope, filters, ids), limit=limit, with_payload=False,
+            query_filter=_server_filter(scope, filters), limit=limit, with_payload=False,
             with_vectors=[self._vector_name] if with_vectors else False,
         )
         return [VectorHit(_point_id(p.id), float(p.score), _from_stored(p.vector[self._vector_name]) if with_vectors
@@ -433,7 +432,7 @@ def _from_stored(vector) -> Vector:
     return list(vector)
 
 
-def _edge_filter(scope: Scope, filters: Filters, ids: list[UUID] | None = None):
+def _edge_filter(scope: Scope, filters: Filters):
     import qdrant_edge as q
 
     must = [q.FieldCondition(k, match=q.MatchValue(v)) for k, v in _conditions(scope, filters)]
@@ -442,8 +441,6 @@ def _edge_filter(scope: Scope, filters: Filters, ids: list[UUID] | None = None):
         must.append(q.FieldCondition("kind", match=q.MatchValue("fact")))
     elif filters.kind == "raw":
         must_not.append(q.FieldCondition("kind", match=q.MatchValue("fact")))
-    if ids is not None:
-        must.append(q.HasIdCondition({str(i) for i in ids}))
     for part, values in _restricted_parts(filters):
         either = [q.IsNullCondition(part)] + ([q.FieldCondition(part, match=q.MatchAny(values))] if values else [])
         must.append(q.Filter(should=either))
@@ -465,7 +462,7 @@ def _edge_filter(scope: Scope, filters: Filters, ids: list[UUID] | None = None):
     return q.Filter(must=must, must_not=must_not or None)
 
 
-def _server_filter(scope: Scope, filters: Filters, ids: list[UUID] | None = None):
+def _server_filter(scope: Scope, filters: Filters):
     from qdrant_client import models as m
 
     must: list = [m.FieldCondition(key=k, match=m.MatchValue(value=v)) for k, v in _conditions(scope, filters)]
@@ -474,8 +471,6 @@ def _server_filter(scope: Scope, filters: Filters, ids: list[UUID] | None = None
         must.append(m.FieldCondition(key="kind", match=m.MatchValue(value="fact")))
     elif filters.kind == "raw":
         must_not.append(m.FieldCondition(key="kind", match=m.MatchValue(value="fact")))
-    if ids is not None:
-        must.append(m.HasIdCondition(has_id=[str(i) for i in ids]))
     for part, values in _restricted_parts(filters):
         either: list = [m.IsNullCondition(is_null=m.PayloadField(key=part))]
         if values:
