@@ -206,9 +206,8 @@ class Settings(BaseSettings):
     # works per candidate.
     search_candidates: int = Field(default=50, ge=1)
     # Context expansion: lift by this times the fused scores of the turns before and after
-    # in the same session; 0 turns it off. 0.15 since 2026-11 (LoCoMo dev, one data set, R@10 /
-    # nDCG@10: 0.1 .717/.537, 0.15 .724/.539, 0.2 .728/.536, 0.3 .712/.515).
-    expansion_weight: float = 0.15
+    # in the same session; 0 turns it off.
+    expansion_weight: float = 0.1
     # Cross-encoder rerank of the fused top N: opt-in per request, or on by default here.
     # "llm": the primary LLM provider scores the passages instead, if llm_rerank vouches for it.
     rerank_model: Literal["ms-marco-MiniLM-L-12-v2", "llm", "none"] = "ms-marco-MiniLM-L-12-v2"

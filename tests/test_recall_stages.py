@@ -65,9 +65,8 @@ async def test_expansion_lifts_session_neighbours_within_the_scope_only(app):
     # The same session id in another scope is another conversation.
     await app.remember("Uma: cook something for the party", scope={"user_id": "other"}, session_id="s1", mode="sync")
     hits = {h["memory"]["id"]: h["components"] for h in await app.search("party cooking", scope=scope)}
-    weight = app.settings.expansion_weight
-    assert hits[a["memory_id"]]["expansion"] == pytest.approx(weight * hits[q["memory_id"]]["fused"])
-    assert hits[q["memory_id"]]["expansion"] == pytest.approx(weight * hits[a["memory_id"]]["fused"])
+    assert hits[a["memory_id"]]["expansion"] == pytest.approx(0.1 * hits[q["memory_id"]]["fused"])
+    assert hits[q["memory_id"]]["expansion"] == pytest.approx(0.1 * hits[a["memory_id"]]["fused"])
     assert hits[lone["memory_id"]]["expansion"] == 0
     # A deleted neighbour lifts nobody and is not brought back.
     await app.forget(q["memory_id"])
