@@ -467,6 +467,54 @@ async def test_a_wildcard_scope_id_is_a_422_everywhere(gateway, scope):
     assert_refused(await gateway.get(LIST, **scope), where)
 
 
+# -- a modify (PATCH) that cannot be applied changes nothing ----------------------------------
+
+@pytest.fixture(scope="module")
+async def patched(gateway):
+    """A memory to modify: its id."""
+    return await remember_settled(gateway, "Lena's hives stand by the north wall", {"user_id": "patch-bounds"})
+
+
+async def send_patch(app: App, memory_id: str, body) -> httpx.Response:
+    return await app.http.patch(f"/api/memory/{memory_id}", content=json.dumps(body), headers=headers(app))
+
+
+async def memory_state(app: App, memory_id: str) -> tuple[dict, int]:
+    """The memory as read, and its number of history events."""
+    memory = (await app.get(f"/api/memory/{memory_id}")).json()
+    return memory, await app.count("SELECT count(*) FROM memory_history WHERE memory_id = $1", uuid.UUID(memory_id))
+
+
+PATCH_REFUSED = {
+    "content-over-32000-characters": ({"content": "x" * 32_001}, "content"),
+    "content-of-invisible-characters": ({"content": "\u200b \u2060"}, "content"),
+    "nul-in-content": ({"content": f"hives{NUL}"}, "content"),
+    "lone-surrogate-in-content": ({"content": f"hives{HIGH}"}, "content"),
+    "every-change-null": ({"content": None, "tags": None, "importance": None}, "at least one"),
+    "no-change": ({}, "at least one"),
+    "importance-as-text": ({"importance": "0.5"}, "importance"),
+    "importance-above-1": ({"importance": 1.5}, "importance"),
+    "pinned-as-text": ({"pinned": "yes"}, "pinned"),
+    "65-tags": ({"tags": [f"t{i}" for i in range(65)]}, "tags"),
+    "unknown-field": ({"colour": "amber"}, "colour"),
+    "version-0": ({"tags": ["x"], "if_version": 0}, "if_version"),
+}
+
+
+@pytest.mark.parametrize("body, where", PATCH_REFUSED.values(), ids=PATCH_REFUSED.keys())
+async def test_a_modify_that_cannot_be_applied_is_a_422_and_changes_nothing(gateway, patched, body, where):
+    before = await memory_state(gateway, patched)
+    assert_refused(await send_patch(gateway, patched, {"reason": "bounds", **body}), where)
+    assert await memory_state(gateway, patched) == before
+
+
+async def test_a_modify_to_content_of_exactly_32000_characters_is_applied(gateway):
+    memory_id = await remember_settled(gateway, "Lena's longest note", {"user_id": "patch-longest"})
+    response = await send_patch(gateway, memory_id, {"content": "y" * 32_000, "reason": "the longest allowed"})
+    assert response.status_code == 200, response.text[:500]
+    assert response.json()["content"] == "y" * 32_000 and response.json()["version"] == 2
+
+
 # -- a body that is no JSON object --------------------------------------------------------------
 
 @pytest.mark.parametrize("body", [
