@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import random
+import uuid
 
+import numpy as np
 import pytest
 
+from engram.domain.auth import EVERYTHING
 from engram.domain.errors import ModelFileMismatch
+from engram.domain.filters import Filters
+from engram.domain.models import Scope
 from engram.inference.embedder import Embedder, minilm_files
 from engram.recall.rerank import CrossEncoder, ms_marco_files, with_context
+from engram.store import memories
 from tests.conftest import DEFAULT_MODEL
 
 STAGES = ["embed_query", "dense", "bm25", "fetch", "fusion", "expansion", "rows"]
@@ -72,6 +79,51 @@ async def test_expansion_lifts_session_neighbours_within_the_scope_only(app):
     await app.forget(q["memory_id"])
     hits = {h["memory"]["id"]: h["components"] for h in await app.search("party cooking", scope=scope)}
     assert q["memory_id"] not in hits and hits[a["memory_id"]]["expansion"] == 0
+
+
+async def test_each_candidates_neighbours_are_the_live_memories_around_it_in_its_session(app):
+    """The neighbours read with the candidates' rows are the live memories just before and after
+    each in its scope and session, by (created_at, id), whatever else is deleted, superseded,
+    quarantined, filtered out or left out of the candidates, and whether or not the candidate
+    itself is live."""
+    rng = random.Random(5)
+    for scope in ({"user_id": "n1"}, {"user_id": "n2"}):
+        for batch in range(3):  # one batch shares a write time: ties ordered by id
+            items = [{"content": f"turn {batch}-{i} of {scope['user_id']}", "scope": scope, "raw": True,
+                      "session_id": rng.choice(["s1", "s2", "s3"]), "type": rng.choice(["note", "fact"])}
+                     for i in range(rng.randint(8, 20))]
+            assert (await app.post("/api/memory/remember/batch", {"items": items})).status_code == 200
+    rows = await app.pool.fetch("SELECT id FROM memories WHERE user_id IN ('n1', 'n2')")
+    for row in rng.sample(rows, 25):  # the states a neighbour must skip, set directly
+        is_deleted, status = rng.choice([(True, "deleted"), (False, "superseded"), (False, "quarantined")])
+        await app.pool.execute("UPDATE memories SET is_deleted = $2, status = $3 WHERE id = $1",
+                               row["id"], is_deleted, status)
+    table = await app.pool.fetch("SELECT id, scope_key, session_id, created_at, is_deleted, status, type"
+                                 " FROM memories WHERE user_id IN ('n1', 'n2')")
+    by_id = {r["id"]: r for r in table}
+    n1 = await app.pool.fetchval("SELECT scope_key FROM memories WHERE user_id = 'n1' LIMIT 1")
+
+    def neighbour(c, before: bool):
+        live = [r for r in table if (r["scope_key"], r["session_id"]) == (c["scope_key"], c["session_id"])
+                and not r["is_deleted"] and r["status"] == "active"
+                and ((r["created_at"], r["id"]) < (c["created_at"], c["id"])) == before and r["id"] != c["id"]]
+        key = lambda r: (r["created_at"], r["id"])  # noqa: E731
+        return (max(live, key=key) if before else min(live, key=key))["id"] if live else None
+
+    for trial in range(40):
+        asked = rng.sample([r["id"] for r in table], rng.randint(1, len(table))) + [uuid.uuid4()]
+        filters = Filters(EVERYTHING, include_deleted=rng.random() < 0.5, type=rng.choice([None, None, "note"]))
+        async with app.pool.acquire() as conn:
+            read = await memories.candidate_rows(conn, asked, Scope(user_id="n1"), filters, np.zeros(384), "none",
+                                                 neighbours=True)
+        assert {r.id for r in read} == {i for i in asked if i in by_id and by_id[i]["scope_key"] == n1
+                                        and (filters.include_deleted or not by_id[i]["is_deleted"])
+                                        and by_id[i]["status"] != "quarantined"
+                                        and (filters.type is None or by_id[i]["type"] == filters.type)}
+        for r in read:
+            c = by_id[r.id]
+            want = tuple(n for n in (neighbour(c, True), neighbour(c, False)) if n is not None)
+            assert r.around == want, (trial, r.id)
 
 
 async def test_expansion_weight_zero_turns_it_off(make_app):
