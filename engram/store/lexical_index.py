@@ -277,10 +277,7 @@ async def exact_scores(conn: asyncpg.Connection, scope: Scope, filters: Filters,
     and hold a query term."""
     if not scoring.stats.idf or not scoring.ids:
         return {}
-    where = Where([scoring.ids])
-    where.add_raw("m.id = ANY($1::uuid[])")
-    where.scope(scope, "m")
-    where.filters(filters)
+    where = Where.ids_in_scope(scoring.ids, scope, filters)
     score = score_column(where.params, scoring)
     rows = await conn.fetch(f"SELECT m.id, {score} AS score FROM memories m WHERE {where.sql()}", *where.params)
     return {r["id"]: float(r["score"]) for r in rows if r["score"] is not None}

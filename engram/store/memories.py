@@ -288,15 +288,6 @@ def _session_neighbour(column: str, before: bool) -> str:
              ORDER BY p.created_at {order}, p.id {order} LIMIT 1)"""
 
 
-def _in_scope(ids: list[UUID], scope: Scope, filters: Filters, *params) -> Where:
-    """`m.id = ANY($1)` inside `scope` and `filters`; `params` follow as $2, $3, ..."""
-    where = Where([ids, *params])
-    where.add_raw("m.id = ANY($1::uuid[])")
-    where.scope(scope, "m")
-    where.filters(filters)
-    return where
-
-
 async def candidate_rows(
     conn: asyncpg.Connection | asyncpg.Pool, ids: list[UUID], scope: Scope, filters: Filters,
     query_vector: np.ndarray, model: str, *, neighbours: bool = False,
@@ -309,7 +300,7 @@ async def candidate_rows(
 
     The candidates come from indexes that may lag; this re-check against the rows is what
     guarantees scope and deletion (and `sealed_rows_in_scope` checks again for the results)."""
-    where = _in_scope(ids, scope, filters, query_vector, model)
+    where = Where.ids_in_scope(ids, scope, filters, query_vector, model)
     around = (f", CASE WHEN m.session_id IS NOT NULL THEN {_session_neighbour('id', before=True)} END AS prev"
               f", CASE WHEN m.session_id IS NOT NULL THEN {_session_neighbour('id', before=False)} END AS next"
               if neighbours else "")
@@ -333,7 +324,7 @@ async def sealed_rows_in_scope(conn: asyncpg.Connection | asyncpg.Pool, ids: lis
     """The full rows of those of `ids` that are in `scope` and pass `filters` now, each with
     what judging it against its hash chain needs (history.SEAL_COLUMNS), read in one snapshot:
     a search's results and their check in one statement. `row_to_memory` reads the memory."""
-    where = _in_scope(ids, scope, filters)
+    where = Where.ids_in_scope(ids, scope, filters)
     return await conn.fetch(
         f"SELECT {MEMORY_COLUMNS}, {history.SEAL_COLUMNS} FROM memories m {history.NEWEST_EVENT_JOIN}"
         f" WHERE {where.sql()}",

@@ -11,6 +11,15 @@ from engram.domain.models import Scope
 class Where:
     """Collects `AND`-ed clauses and their positional parameters."""
 
+    @classmethod
+    def ids_in_scope(cls, ids: list, scope: Scope, filters: Filters, *params) -> "Where":
+        """`m.id = ANY($1)` inside `scope` and `filters`; `params` follow as $2, $3, ..."""
+        where = cls([ids, *params])
+        where.add_raw("m.id = ANY($1::uuid[])")
+        where.scope(scope, "m")
+        where.filters(filters)
+        return where
+
     def __init__(self, params: list | None = None) -> None:
         self.clauses: list[str] = []
         self.params: list = params if params is not None else []
