@@ -1,8 +1,8 @@
 """The lexical index: BM25 candidates from sparse vectors in the vector engine, each scored exactly
 from the vector the index returns. Its top equals the aggregation of every posting; a memory is
-found before the index holds it; an empty index is rebuilt from Postgres; points an earlier
-release wrote, and queries holding a term id two terms share, are scored in Postgres; a changed
-analyzer re-indexes everything."""
+found before the index holds it, and by its new words (not its old point's) once changed; an
+empty index is rebuilt from Postgres; points an earlier release wrote, and queries holding a term
+id two terms share, are scored in Postgres; a changed analyzer re-indexes everything."""
 
 from __future__ import annotations
 
@@ -219,3 +219,56 @@ async def test_an_empty_lexical_index_is_rebuilt_from_postgres_at_start(make_app
         await _wait_indexed(app)  # start-up marked every memory to do before serving
         assert await app.runtime.lexical.count() == len(TEXTS)
         assert await _bm25_hits(app, "Caroline support group", {"user_id": "r"}) == expected
+
+
+@pytest.mark.parametrize("listed", [lexical_index.STALE_LISTED, 0], ids=["stale-listed", "too-many-to-list"])
+async def test_a_memory_changed_before_the_index_holds_its_new_words_is_scored_by_them(app, monkeypatch, listed):
+    monkeypatch.setattr(lexical_index, "STALE_LISTED", listed)
+    scope = {"user_id": "changed"}
+    await _bulk(app, scope, TEXTS)
+    await _wait_indexed(app)
+    [indexer] = [t for t in app.runtime.tasks if t.get_name() == "index-sync"]
+    indexer.cancel()  # its old point stays in the index: the window before the indexer's next pass
+    target = await app.pool.fetchval("SELECT id FROM memories WHERE content LIKE 'Melanie painted%'")
+    response = await app.http.patch(f"/api/memory/{target}", json={"content": "Melanie baked bread", "reason": "r"},
+                                    headers=app._auth(None))
+    assert response.status_code == 200, response.text
+    s, filters = app.settings, Filters(EVERYTHING)
+    for query in ("sunrise over the lake", "Melanie baked"):
+        bm25 = candidates.Bm25(s, query, Scope(**scope), filters, app.runtime.lexical)
+        async with app.pool.acquire() as conn:
+            got = await bm25.top(conn, 10)
+            want = await repo.bm25_scores(conn, Scope(**scope), filters, bm25_terms(query), k1=s.bm25_k1, b=s.bm25_b,
+                                          limit=10)
+            known, exact = await bm25.exact(conn, [target])
+            read = await repo.candidate_rows(conn, [target], Scope(**scope), filters, np.zeros(384), "none",
+                                             bm25=exact)
+        assert got == pytest.approx(want, rel=1e-12), query
+        scored = known | {r.id: r.bm25 for r in read if r.bm25 is not None}
+        assert scored.get(target, 0.0) == pytest.approx(want.get(target, 0.0), rel=1e-12), query
+        assert ("postgres_ms" in bm25.timings_ms) == (listed == 0 or target in want), query
+    assert str(target) not in await _bm25_hits(app, "sunrise over the lake", scope)  # and so through the API
+    assert str(target) in await _bm25_hits(app, "baked bread", scope)
+
+
+@pytest.mark.parametrize("listed", [lexical_index.STALE_LISTED, 0], ids=["stale-listed", "too-many-to-list"])
+async def test_stale_points_at_the_top_of_the_index_take_no_place_in_bm25s_top(app, monkeypatch, listed):
+    monkeypatch.setattr(lexical_index, "STALE_LISTED", listed)
+    scope = {"user_id": "churn"}
+    await _bulk(app, scope, [f"lake day {i}" for i in range(6)] +
+                [f"a long lake trip with the whole family, number {i}" for i in range(6)])
+    await _wait_indexed(app)
+    [indexer] = [t for t in app.runtime.tasks if t.get_name() == "index-sync"]
+    indexer.cancel()
+    changed = [r["id"] for r in await app.pool.fetch("SELECT id FROM memories WHERE content LIKE 'lake day%'")]
+    for memory_id in changed:  # their points, the index's best for "lake", stay until the indexer's pass
+        response = await app.http.patch(f"/api/memory/{memory_id}", json={"content": f"bread {memory_id}",
+                                                                          "reason": "r"}, headers=app._auth(None))
+        assert response.status_code == 200, response.text
+    s, filters = app.settings, Filters(EVERYTHING)
+    bm25 = candidates.Bm25(s, "lake", Scope(**scope), filters, app.runtime.lexical)
+    async with app.pool.acquire() as conn:
+        got = await bm25.top(conn, 4)
+        want = await repo.bm25_scores(conn, Scope(**scope), filters, ["lake"], k1=s.bm25_k1, b=s.bm25_b, limit=4)
+    assert not set(got) & set(changed) and len(got) == 4
+    assert sorted(got.values()) == pytest.approx(sorted(want.values()), rel=1e-12)

@@ -54,10 +54,10 @@ class Bm25:
     yet, are scored exactly and the best `depth` kept. Stored weights use their scope's
     `lexical_avgdl`, within 5% of its average length, so they only reorder the margin; the extra
     quarter covers it. An indexed memory is scored from the vector the index returns
-    (engram.domain.text.bm25_score), one the index does not hold yet by Postgres from its
-    postings. A memory changed since the statistics were
-    read is scored as one of its versions, never a mix. Without the index, every posting of the
-    query's terms in the scope is aggregated."""
+    (engram.domain.text.bm25_score); one the index does not hold as it is now, by Postgres from
+    its postings. A memory changed since the statistics were read is scored as one of its
+    versions, never a mix. Without the index, every posting of the query's terms in the scope
+    is aggregated."""
 
     def __init__(self, settings: Settings, query: str, scope: Scope, filters: Filters,
                  index: VectorIndex | None = None) -> None:
@@ -97,25 +97,41 @@ class Bm25:
         return known, lexical_index.ExactScoring(stats, todo, self._k1, self._b) if todo and stats.idf else None
 
     async def _score_from_index(self, conn: asyncpg.Connection, limit: int) -> None:
-        """The index's best `limit`, scored from their vectors. Postgres scores a
-        memory the index does not hold yet (`stats.unindexed`), whatever an old point of it
-        says; one whose vector cannot give its exact score; and every hit of a query holding
-        a term id that stands for two terms."""
+        """The index's best `limit` hits, scored from their vectors. A memory the index does not
+        hold as it is now is scored by Postgres if it holds a query term (`stats.unindexed`),
+        whatever an old point of it says, and is no hit otherwise: the index is asked for more
+        until `limit` hits are left or it has no more. Postgres also scores a hit whose vector
+        cannot give its exact score, and every hit of a query holding a term id that stands for
+        two terms."""
         stats = self._stats
-        started = time.perf_counter()
-        hits = await self._index.search(self._query, self._scope, self._filters, limit, with_vectors=True)
-        in_postgres = []
-        for hit in hits:
-            if hit.id in self._unindexed:
-                continue
-            score = None if stats.shared_term_id else bm25_score(hit.vector, self._query, stats.avgdl,
-                                                                  k1=self._k1, b=self._b)
-            if score is None:
-                in_postgres.append(hit.id)
-            else:
-                self._scores[hit.id] = score
-        self._time("index", started)
-        await self._score_in_postgres(conn, in_postgres)
+        asked = limit
+        while True:
+            started = time.perf_counter()
+            hits = await self._index.search(self._query, self._scope, self._filters, asked, with_vectors=True)
+            held, in_postgres = 0, []
+            for hit in hits:
+                if hit.id in self._unindexed:
+                    held += 1  # scored in Postgres, from its postings (top)
+                    continue
+                if not stats.trusts(hit.id):
+                    # An older version's point. Unless every point is in doubt (a rebuild), this
+                    # version holds no query term or fails the filters: else it would be unindexed.
+                    if stats.stale is None:
+                        in_postgres.append(hit.id)
+                    continue
+                score = None if stats.shared_term_id else bm25_score(hit.vector, self._query, stats.avgdl,
+                                                                      k1=self._k1, b=self._b)
+                if score is None:
+                    in_postgres.append(hit.id)
+                else:
+                    self._scores[hit.id] = score
+                    held += 1
+            self._time("index", started)
+            await self._score_in_postgres(conn, in_postgres)
+            held += sum(1 for i in in_postgres if i in self._scores)
+            if held >= limit or len(hits) < asked:
+                return
+            asked += 2 * (limit - held)  # stale points took hits' places
 
     async def _score_in_postgres(self, conn: asyncpg.Connection, ids: list[UUID]) -> None:
         """Postgres's scores, from the postings, of those of `ids` not scored yet."""

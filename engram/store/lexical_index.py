@@ -211,11 +211,23 @@ class QueryStats:
     avgdl: float
     unindexed: list[UUID]
     shared_term_id: bool = False  # a query term's id stands for another term too (lexical_terms)
+    # Every memory of the scopes the index does not hold as it is now, whatever the filters and
+    # terms: a point of one is of an older version (changed content, tags, expiry) and says
+    # nothing. None when there are more than STALE_LISTED (a rebuild): then none is trusted.
+    stale: frozenset[UUID] | None = frozenset()
+
+    def trusts(self, memory_id: UUID) -> bool:
+        """Whether the index's point of `memory_id`, if it has one, is of the version read."""
+        return self.stale is not None and memory_id not in self.stale
+
+
+STALE_LISTED = 1_000
 
 
 async def query_stats(conn: asyncpg.Connection, scope: Scope, filters: Filters, terms: list[str]) -> QueryStats:
     """IDF = ln(1 + (N - df + 0.5) / (df + 0.5)) and avgdl as memories.bm25_scores computes
-    them, the memories not indexed yet, and whether a term's id is shared, in one statement."""
+    them, the memories not indexed yet (those to score, and every one whose point is stale),
+    and whether a term's id is shared, in one statement."""
     distinct = sorted(set(terms))
     stats = Where([distinct, [term_id(t) for t in distinct]])
     stats.scope(scope, "s")
@@ -224,6 +236,9 @@ async def query_stats(conn: asyncpg.Connection, scope: Scope, filters: Filters, 
     fresh.add_raw("NOT m.lexical_indexed")
     fresh.scope(scope, "m")
     fresh.filters(filters)
+    stale = Where(fresh.params)
+    stale.add_raw("NOT m.lexical_indexed")
+    stale.scope(scope, "m")
     rows = await conn.fetch(
         f"""
         WITH scopes AS (SELECT s.scope_key, s.doc_count, s.total_len FROM bm25_scope_stats s WHERE {stats.sql()}),
@@ -235,14 +250,19 @@ async def query_stats(conn: asyncpg.Connection, scope: Scope, filters: Filters, 
         SELECT df.term, ln(1 + greatest(n.n - df.df + 0.5, 0) / (df.df + 0.5)) AS idf, n.avgdl,
                (SELECT array_agg(m.id) FROM memories m WHERE {fresh.sql()} AND EXISTS (
                     SELECT 1 FROM memory_terms t WHERE t.memory_id = m.id AND t.term = ANY($1::text[]))) AS unindexed,
-               EXISTS (SELECT 1 FROM lexical_terms l WHERE l.term_id = ANY($2::bigint[]) AND l.shared) AS shared
+               EXISTS (SELECT 1 FROM lexical_terms l WHERE l.term_id = ANY($2::bigint[]) AND l.shared) AS shared,
+               (SELECT array_agg(m.id) FROM (SELECT m.id FROM memories m WHERE {stale.sql()}
+                                             LIMIT {STALE_LISTED + 1}) m) AS stale
         FROM n LEFT JOIN df ON true
         """,
-        *fresh.params,
+        *stale.params,
     )
+    first = rows[0]
+    stale_ids = first["stale"] or []
     return QueryStats(idf={r["term"]: float(r["idf"]) for r in rows if r["term"] is not None},
-                      avgdl=float(rows[0]["avgdl"]), unindexed=rows[0]["unindexed"] or [],
-                      shared_term_id=rows[0]["shared"])
+                      avgdl=float(first["avgdl"]), unindexed=first["unindexed"] or [],
+                      shared_term_id=first["shared"],
+                      stale=frozenset(stale_ids) if len(stale_ids) <= STALE_LISTED else None)
 
 
 @dataclass(frozen=True)
