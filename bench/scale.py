@@ -14,7 +14,8 @@ At each size: `engram up` on the same data directory, then, one request at a tim
 keep-alive client: `GET /healthz` (baseline), the default search (no rerank; the latency series),
 the same searches with `explain: true` (the service's per-stage timings), searches with
 `rerank: true` (cross-encoder over the fused top 20), and the query embedding in this process
-(baseline). Targets (2 cores): default search p95 <= 25 ms and rerank p95 <= 500 ms, at 100k.
+(baseline). Targets (2 cores): default search p95 <= 25 ms and rerank p95 <= 400 ms, at 100k
+(in one scope or over 100) and at 1M over 1,000 scopes.
 
     .venv/bin/python -m bench.scale           # 1k..100k -> bench/reports/scale.md, scale-*.png
     .venv/bin/python -m bench.scale --quick   # 1k, 5k   -> bench/reports/scale-quick.md, scale-quick-*.png
@@ -38,8 +39,14 @@ from bench import common, locomo_data
 from bench.latency import Series, get_series
 from bench.scale_corpus import BATCH, SERVICE_ENV, Corpus, LoadStep, build_corpus, load, queries
 
-TARGET_SIZE = 100_000
-TARGETS_MS = {"search_p95": 25.0, "rerank_p95": 500.0}
+TARGETS_MS = {"search_p95": 25.0, "rerank_p95": 400.0}  # issue 22: rerank's holds on every machine
+
+
+def target_size(scopes: int) -> int:
+    """The size the targets are set at: 1,000,000 memories over 1,000 scopes (issue 22); else
+    100,000, in one scope (issue 22) or over 100 (the first scale issue)."""
+    return 1_000_000 if scopes >= 1000 else 100_000
+
 RERANK_TOP_N = 20
 STAGES = ("embed_query", "dense", "bm25", "fetch", "fusion", "expansion", "rows")
 
@@ -183,7 +190,8 @@ def report(results: list[SizeResult], model: str, scopes: int, pool: int, plots:
            quick: bool) -> str:
     out = []
     if quick:
-        out.append("**Quick run (smoke test): small sizes and few queries; the targets are defined at 100k.**\n")
+        out.append(f"**Quick run (smoke test): small sizes and few queries; the targets are defined at "
+                   f"{target_size(scopes):,}.**\n")
     out.append(
         f"`engram up` (ENGRAM_LLM_PROVIDER=none, otherwise default settings; embedding model {model}) on one data "
         f"directory whose corpus grows between runs: {scopes} scopes, the same number of memories in each. The texts "
@@ -205,9 +213,13 @@ def report(results: list[SizeResult], model: str, scopes: int, pool: int, plots:
     out.append(
         "Requests go one at a time from one keep-alive client; each latency is the client's round trip over "
         "loopback HTTP. The latency series is measured without `explain`; a second pass of the same queries "
-        "with `explain: true` gives the service's per-stage timings. Percentiles: linear interpolation (numpy).\n")
+        "with `explain: true` gives the service's per-stage timings. Percentiles: linear interpolation (numpy). "
+        "The latency series is the first search of most scopes since the service started (the targets are "
+        "judged on it): with many scopes, a query meets a scope whose pages Postgres and the engine still have "
+        "to read, as after a restart or for a user back after a while. The explain pass repeats the same "
+        "queries on scopes read already, so where it is much faster the difference is that cold read.\n")
     out.append("## Targets\n")
-    out.append(targets_table(results[-1]))
+    out.append(targets_table(results[-1], scopes))
     out.append("\n## Latency against corpus size\n")
     out.extend(f"![{path.stem}]({path.name})\n" for path in plots)
     rows = []
@@ -240,15 +252,15 @@ def report(results: list[SizeResult], model: str, scopes: int, pool: int, plots:
     return "\n".join(out)
 
 
-def targets_table(last: SizeResult) -> str:
+def targets_table(last: SizeResult, scopes: int) -> str:
     rows = []
+    at = target_size(scopes)
     for name, series, target in (("default search p95", last.search, TARGETS_MS["search_p95"]),
                                  (f"rerank top {RERANK_TOP_N} p95", last.rerank, TARGETS_MS["rerank_p95"])):
         measured = p(series, "p95")
-        verdict = ("PASS" if measured <= target else "FAIL") if last.size == TARGET_SIZE else \
-            f"not judged: targets are at {TARGET_SIZE:,}"
-        rows.append([f"{name} at {last.size:,} memories", f"{measured:.1f} ms", f"<= {target:.0f} ms at "
-                     f"{TARGET_SIZE:,}", verdict])
+        verdict = ("PASS" if measured <= target else "FAIL") if last.size == at else f"not judged: targets are at {at:,}"
+        rows.append([f"{name} at {last.size:,} memories", f"{measured:.1f} ms", f"<= {target:.0f} ms at {at:,}",
+                     verdict])
     return common.md_table(["target", "measured", "required", "verdict"], rows)
 
 
@@ -290,9 +302,9 @@ def write_plots(results: list[SizeResult], name: str) -> list[Path]:
     common.REPORTS.mkdir(parents=True, exist_ok=True)
     scopes = results[0].size // results[0].per_scope
     paths = [common.REPORTS / f"{name}-{kind}.png" for kind in ("latency", "rerank", "stages")]
-    plot_percentiles(results, "search", TARGETS_MS["search_p95"], f"Default search (no rerank), {scopes} scopes",
-                     paths[0])
-    plot_percentiles(results, "rerank", TARGETS_MS["rerank_p95"],
+    plot_percentiles(results, "search", TARGETS_MS["search_p95"], target_size(scopes),
+                     f"Default search (no rerank), {scopes} scopes", paths[0])
+    plot_percentiles(results, "rerank", TARGETS_MS["rerank_p95"], target_size(scopes),
                      f"Search with rerank of the top {RERANK_TOP_N}, {scopes} scopes", paths[1])
     plot_stages(results, paths[2])
     return paths
@@ -308,12 +320,13 @@ def _axes(title: str):
     return fig, ax
 
 
-def plot_percentiles(results: list[SizeResult], attr: str, target_ms: float, title: str, path: Path) -> None:
+def plot_percentiles(results: list[SizeResult], attr: str, target_ms: float, target_at: int, title: str,
+                     path: Path) -> None:
     fig, ax = _axes(title)
     sizes = [r.size for r in results]
     for key, style in (("p50", "o-"), ("p95", "s-"), ("p99", "^--")):
         ax.plot(sizes, [p(getattr(r, attr), key) for r in results], style, label=key)
-    ax.axhline(target_ms, color="red", linestyle=":", label=f"target: p95 <= {target_ms:.0f} ms at {TARGET_SIZE:,}")
+    ax.axhline(target_ms, color="red", linestyle=":", label=f"target: p95 <= {target_ms:.0f} ms at {target_at:,}")
     ax.set_xscale("log")
     ax.set_xticks(sizes, [f"{s:,}" for s in sizes])
     ax.xaxis.set_minor_locator(NullLocator())
