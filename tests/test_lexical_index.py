@@ -46,6 +46,18 @@ async def _bm25_hits(app, query: str, scope: dict) -> dict[str, float]:
             if h["components"]["bm25"] > 0}
 
 
+def _stop_indexer(app) -> None:
+    """Cancel the lexical indexer: what the index holds stays as it is."""
+    [indexer] = [t for t in app.runtime.tasks if t.get_name() == "index-sync"]
+    indexer.cancel()
+
+
+async def _change_content(app, memory_id, content: str) -> None:
+    response = await app.http.patch(f"/api/memory/{memory_id}", json={"content": content, "reason": "r"},
+                                    headers=app._auth(None))
+    assert response.status_code == 200, response.text
+
+
 async def _wait_indexed(app, timeout_s: float = 30) -> None:
     deadline = asyncio.get_running_loop().time() + timeout_s
     while await app.count("SELECT count(*) FROM memories WHERE NOT lexical_indexed OR lexical_reweigh"):
@@ -194,8 +206,7 @@ async def test_a_memory_indexed_while_it_is_searched_for_is_found(app):
     scope = {"user_id": "race"}
     await _bulk(app, scope, TEXTS)
     await _wait_indexed(app)
-    [indexer] = [t for t in app.runtime.tasks if t.get_name() == "index-sync"]
-    indexer.cancel()  # this test is the indexer: its pass lands where the race puts it
+    _stop_indexer(app)  # this test is the indexer: its pass lands where the race puts it
     target = await app.pool.fetchval("SELECT id FROM memories WHERE content LIKE 'Melanie painted%'")
     await app.runtime.lexical.delete([target])
     await app.pool.execute("UPDATE memories SET lexical_indexed = false WHERE id = $1", target)
@@ -227,12 +238,9 @@ async def test_a_memory_changed_before_the_index_holds_its_new_words_is_scored_b
     scope = {"user_id": "changed"}
     await _bulk(app, scope, TEXTS)
     await _wait_indexed(app)
-    [indexer] = [t for t in app.runtime.tasks if t.get_name() == "index-sync"]
-    indexer.cancel()  # its old point stays in the index: the window before the indexer's next pass
+    _stop_indexer(app)  # its old point stays in the index: the window before the indexer's next pass
     target = await app.pool.fetchval("SELECT id FROM memories WHERE content LIKE 'Melanie painted%'")
-    response = await app.http.patch(f"/api/memory/{target}", json={"content": "Melanie baked bread", "reason": "r"},
-                                    headers=app._auth(None))
-    assert response.status_code == 200, response.text
+    await _change_content(app, target, "Melanie baked bread")
     s, filters = app.settings, Filters(EVERYTHING)
     for query in ("sunrise over the lake", "Melanie baked"):
         bm25 = candidates.Bm25(s, query, Scope(**scope), filters, app.runtime.lexical)
@@ -258,13 +266,10 @@ async def test_stale_points_at_the_top_of_the_index_take_no_place_in_bm25s_top(a
     await _bulk(app, scope, [f"lake day {i}" for i in range(6)] +
                 [f"a long lake trip with the whole family, number {i}" for i in range(6)])
     await _wait_indexed(app)
-    [indexer] = [t for t in app.runtime.tasks if t.get_name() == "index-sync"]
-    indexer.cancel()
+    _stop_indexer(app)
     changed = [r["id"] for r in await app.pool.fetch("SELECT id FROM memories WHERE content LIKE 'lake day%'")]
     for memory_id in changed:  # their points, the index's best for "lake", stay until the indexer's pass
-        response = await app.http.patch(f"/api/memory/{memory_id}", json={"content": f"bread {memory_id}",
-                                                                          "reason": "r"}, headers=app._auth(None))
-        assert response.status_code == 200, response.text
+        await _change_content(app, memory_id, f"bread {memory_id}")
     s, filters = app.settings, Filters(EVERYTHING)
     bm25 = candidates.Bm25(s, "lake", Scope(**scope), filters, app.runtime.lexical)
     async with app.pool.acquire() as conn:
