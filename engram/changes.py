@@ -6,7 +6,8 @@ Each change runs in one transaction: the memory's row is locked, checked (scope,
 BM25 postings and scope statistics and its canonical embedding in step, and its history event
 appended to the memory's hash chain; an idempotency key, if given, is bound to the answer in
 the same transaction. After commit, the index owner's sync loop rewrites the memory's index
-points; search does not wait for it, since every candidate is re-read from its row.
+points; search does not wait for it: every candidate is re-read from its row, and a memory whose
+points are stale is scored by its row instead (recall.candidates.fresh_dense, Bm25).
 
 What the caller may not touch answers exactly as a missing memory: NotFound.
 """

@@ -128,6 +128,35 @@ async def test_the_index_owner_rewrites_a_changed_memorys_points(app):
     assert [h.id for h in await space.index.search(vector.tolist(), scope, everything, 5)] == [uuid.UUID(memory["id"])]
 
 
+PETS = ["We are thinking of getting a pet for the kids", "Melanie bought a green parrot that talks",
+        "The hamster escaped from its cage again"]
+
+
+async def test_search_does_not_wait_for_the_index_owner_to_rewrite_a_changed_memorys_points(make_app):
+    """Until the index owner's next pass, a changed memory's dense point holds its old vector and
+    labels. Search scores it by its canonical embedding and current row instead: it is found by
+    its new meaning and labels, and its stale point takes no place among the dense hits."""
+    async with make_app(search_candidates=3) as app:  # a dense top of 3 among 4 memories
+        pets = [(await _raw(app, text))["id"] for text in PETS]
+        target = (await _raw(app, "Caroline adopted a puppy named Biscuit"))["id"]
+        for memory_id in [*pets, target]:
+            await _settled(app, memory_id)
+        [indexer] = [t for t in app.runtime.tasks if t.get_name() == "index-sync"]
+        indexer.cancel()  # every point stays as it is now
+
+        async def found(**fields) -> list[str]:  # no query word in any memory: the dense leg alone
+            return [h["memory"]["id"] for h in await app.search("a new dog", limit=3, **fields)]
+
+        assert target in await found()
+        await _patch(app, target, {"content": "the quarterly tax return is due in April", "reason": "r"})
+        assert sorted(await found()) == sorted(pets)  # the puppy's point takes none of the 3 places
+        await _patch(app, target, {"content": "Caroline adopted a puppy named Biscuit", "tags": ["dog"],
+                                   "reason": "r"})
+        assert target in await found()
+        assert await found(filters={"tags": ["dog"]}) == [target]  # its point has no tag yet
+        assert await app.count("SELECT count(*) FROM memories WHERE dense_stale") == 1
+
+
 def _sparse(app: App, text: str) -> dict[int, float]:
     return {term_id(t): 1.0 for t in bm25_terms(text, app.settings.bm25_stemmer)}
 

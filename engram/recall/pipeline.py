@@ -7,9 +7,10 @@ reranker first and the rest follow in that order.
 
 Stage 1's two legs overlap: Postgres and the lexical index find BM25's top while the query is
 embedded (in a thread) and the vector index searched, so `explain`'s `embed_query` + `dense` and
-`bm25` run side by side. Ranking reads a few columns per candidate and its session neighbours
-(`fetch`; context expansion needs no statement of its own), and with them the BM25 scores of the
-dense hits outside BM25's top; the full rows are read for the results only (`rows`), with their
+`bm25` run side by side. Beside the vector index, Postgres scores the scope's memories whose
+points a change left stale (candidates.fresh_dense): none in the steady state. Ranking reads a
+few columns per candidate and its session neighbours (`fetch`; context expansion needs no
+statement of its own), and with them the BM25 scores of the dense hits outside BM25's top; the full rows are read for the results only (`rows`), with their
 chain heads, so verifying them (`verify`) takes no statement of its own. Those three reads share
 one connection. No pooled connection is held while the query is embedded or reranked.
 """
@@ -176,10 +177,11 @@ class Recall:
             return top, (time.perf_counter() - t) * 1e3
 
         # The vector leg first: its embedding, in a thread, is the longest step.
-        (query_vector, dense, (embed_ms, dense_ms)), (lexical, bm25_ms) = await _side_by_side(
-            self._vector_leg(space, query, scope, filters, depth), lexical_top())
+        (query_vector, dense, stale, (embed_ms, dense_ms)), (lexical, bm25_ms) = await _side_by_side(
+            self._vector_leg(model, space, query, scope, filters, depth), lexical_top())
         explain.stages["embed_query"] = {"ms": round(embed_ms, 3), "model": model}
-        explain.stages["dense"] = {"ms": round(dense_ms, 3), "index": space.index.name, "hits": len(dense)}
+        explain.stages["dense"] = {"ms": round(dense_ms, 3), "index": space.index.name, "hits": len(dense),
+                                   "stale_points": stale}
         return _Legs(model, query_vector, dense, lexical, bm25, bm25_ms)
 
     async def _candidates(self, conn: asyncpg.Connection, legs: _Legs, scope: Scope, filters: Filters, depth: int,
@@ -223,14 +225,23 @@ class Recall:
         explain.stage("rows", t, read=len(rows))
         return hits, sealed, context
 
-    async def _vector_leg(self, space: Space, query: str, scope: Scope, filters: Filters, depth: int
-                          ) -> tuple[np.ndarray, dict[UUID, float], tuple[float, float]]:
-        """(query vector, dense hits, (embedding ms, index ms))."""
+    async def _vector_leg(self, model: str, space: Space, query: str, scope: Scope, filters: Filters, depth: int
+                          ) -> tuple[np.ndarray, dict[UUID, float], int, tuple[float, float]]:
+        """(query vector, dense hits, how many of the scope's points were stale, (embedding ms,
+        index ms)): candidates.fresh_dense."""
         t = time.perf_counter()
         query_vector = await space.embedder.embed_query(query)
         t1 = time.perf_counter()
-        dense = await candidates.dense(space.index, query_vector, scope, filters, depth)
-        return query_vector, dense, ((t1 - t) * 1e3, (time.perf_counter() - t1) * 1e3)
+
+        async def stale() -> dict[UUID, float | None]:
+            async with self._pool.acquire() as conn:
+                return await repo.stale_dense(conn, scope, filters, query_vector, model,
+                                              candidates.STALE_DENSE_LISTED)
+
+        hits, stale_points = await _side_by_side(candidates.dense(space.index, query_vector, scope, filters, depth),
+                                                 stale())
+        dense = await candidates.fresh_dense(space.index, query_vector, scope, filters, depth, hits, stale_points)
+        return query_vector, dense, len(stale_points), ((t1 - t) * 1e3, (time.perf_counter() - t1) * 1e3)
 
     def _first_order(self, found: list[candidates.Candidate], places: int, explain: Explain) -> list[Ranked]:
         """Fusion, context expansion and the access boost: every candidate, best first; the

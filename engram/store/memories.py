@@ -319,6 +319,27 @@ async def candidate_rows(
             for r in rows]
 
 
+async def stale_dense(conn: asyncpg.Connection | asyncpg.Pool, scope: Scope, filters: Filters,
+                      query_vector: np.ndarray, model: str, limit: int) -> dict[UUID, float | None]:
+    """Up to `limit` memories of `scope` whose vector points a change left stale (`dense_stale`),
+    the most recently changed first, whatever the filters: each with the cosine similarity of
+    its canonical embedding to the query, or None if it no longer passes `filters` or has no
+    `model` vector. The partial index on `dense_stale` finds them: none in the steady state."""
+    stale = Where([query_vector, model, limit])
+    stale.add_raw("s.dense_stale")
+    stale.scope(scope, "s")
+    passes = Where(stale.params)  # the same parameter list: its values follow the scope's
+    passes.filters(filters)
+    rows = await conn.fetch(
+        f"""
+        SELECT m.id, CASE WHEN {passes.sql()} AND m.embedding_model = $2 THEN 1 - (m.embedding <=> $1) END AS similarity
+        FROM (SELECT * FROM memories s WHERE {stale.sql()} ORDER BY s.updated_at DESC, s.id DESC LIMIT $3) m
+        """,
+        *stale.params,
+    )
+    return {r["id"]: r["similarity"] for r in rows}
+
+
 async def sealed_rows_in_scope(conn: asyncpg.Connection | asyncpg.Pool, ids: list[UUID], scope: Scope,
                               filters: Filters) -> list[asyncpg.Record]:
     """The full rows of those of `ids` that are in `scope` and pass `filters` now, each with

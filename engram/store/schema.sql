@@ -263,7 +263,10 @@ CREATE TABLE memories (
 );
 CREATE INDEX memories_agent_idx ON public.memories USING btree (agent_id, created_at);
 CREATE INDEX memories_created_at_idx ON public.memories USING btree (created_at, id);
+CREATE INDEX memories_dense_stale_agent_idx ON public.memories USING btree (agent_id) WHERE dense_stale;
 CREATE INDEX memories_dense_stale_idx ON public.memories USING btree (updated_at, id) WHERE dense_stale;
+CREATE INDEX memories_dense_stale_run_idx ON public.memories USING btree (run_id) WHERE dense_stale;
+CREATE INDEX memories_dense_stale_user_idx ON public.memories USING btree (user_id) WHERE dense_stale;
 CREATE INDEX memories_derived_from_idx ON public.memories USING gin (derived_from) WHERE (kind = 'fact'::text);
 CREATE INDEX memories_expires_at_idx ON public.memories USING btree (expires_at) WHERE (expires_at IS NOT NULL);
 CREATE INDEX memories_is_deleted_idx ON public.memories USING btree (is_deleted);
