@@ -10,7 +10,9 @@ BM25 statistics promise:
 - search agrees with `is_deleted`: each memory holds a made-up word, and a search for a word
   finds every live memory holding it (with a BM25 score) and never a deleted one;
 - the scope's BM25 statistics count exactly its live memories, and each memory's postings are
-  its content's terms.
+  its content's terms;
+- the dense leg's top is the exact top over the live rows' canonical embeddings, whether or
+  not the index owner has rewritten a changed memory's points yet.
 
 The model also predicts every answer: 409s for a deleted, pinned, duplicate or stale-versioned
 change, 422 for a rollback to the present, and each rollback's content.
@@ -35,8 +37,15 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
 from engram.domain import chain
+from engram.domain.auth import EVERYTHING
+from engram.domain.filters import Filters
+from engram.domain.models import Scope
 from engram.domain.text import bm25_terms
+from engram.recall import candidates
+from engram.store import changes as change_store
+from engram.store import memories as repo
 from tests.conftest import App
+from worker import index_sync
 
 FIELDS = ("content", "type", "tags", "importance", "pinned", "metadata")
 WORDS = ("apple", "river", "violin")  # few, so that contents recur and patches are often no-ops
@@ -127,6 +136,7 @@ class HistoryMachine(RuleBasedStateMachine):
         self.scopes = (f"hp-{run}-a", f"hp-{run}-b")  # fresh per example: a clean slate in a shared database
         self.memories: list[Model] = []
         self.touched: set[str] = set(self.scopes)  # scopes whose search the invariant checks next
+        self.query: np.ndarray | None = None  # the dense invariant's query vector
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -301,6 +311,17 @@ class HistoryMachine(RuleBasedStateMachine):
         if self._expect_change(response, memory, changes, "ROLLBACK", target):
             assert response.json()["content"] == memory.states[target]["content"]
 
+    @rule(hold=st.booleans())
+    def hold_the_vector_rewrites(self, hold: bool) -> None:
+        """While held, the index owner rewrites no vector point, so each change leaves its
+        memory's point stale for the invariants to meet; let go, it catches up."""
+        index_sync.sync_stale_points = _rewrite_nothing if hold else REWRITE
+        if not hold:
+            self.call(change_store.wake_index_sync(self.app.pool))
+
+    def teardown(self) -> None:
+        index_sync.sync_stale_points = REWRITE
+
     # -- invariants -------------------------------------------------------------------------
 
     @invariant()
@@ -360,6 +381,14 @@ class HistoryMachine(RuleBasedStateMachine):
         self.touched.clear()
 
     @invariant()
+    def the_dense_top_is_the_exact_top_over_the_rows(self) -> None:
+        if self.query is None:
+            self.query = self.call(_query_vector(self.app, "a fruit by the river"))
+        for scope in self.scopes:
+            got, want = self.call(_dense_tops(self.app, scope, self.query))
+            assert got == want, (scope, got, want)
+
+    @invariant()
     def bm25_statistics_count_the_live_memories(self) -> None:
         for scope in self.scopes:
             stats, live, df, counted, postings = self.call(_bm25_state(self.app, scope))
@@ -397,6 +426,38 @@ async def _sealed(app: App, timeout_s: float = 30) -> None:
     while await app.count("SELECT count(*) FROM memory_history WHERE scope_seq IS NULL AND hash IS NOT NULL"):
         assert asyncio.get_running_loop().time() < deadline, "the chain sealer left events unsealed"
         await asyncio.sleep(0.02)
+
+
+REWRITE = index_sync.sync_stale_points
+
+
+async def _rewrite_nothing(pool, spaces, limit: int) -> int:
+    return 0
+
+
+DENSE_DEPTH = 3  # of a scope's at most 6 memories: a stale point taking a place shows
+
+
+async def _query_vector(app: App, query: str) -> np.ndarray:
+    return await (await app.runtime.spaces.active())[1].embedder.embed_query(query)
+
+
+async def _dense_tops(app: App, user_id: str, query: np.ndarray) -> tuple[list[float], list[float]]:
+    """The similarities of the dense leg's top as a search makes it, whether or not the index
+    owner has rewritten the points of the last change yet, and of the exact top over the live
+    rows' canonical embeddings (rounded: the index scores in single precision; contents recur,
+    so ties make ids a poor key)."""
+    model, space = await app.runtime.spaces.active()
+    scope, filters = Scope(user_id=user_id), Filters(visible=EVERYTHING)
+    async with app.pool.acquire() as conn:
+        stale = await repo.stale_dense(conn, scope, filters, model, candidates.STALE_DENSE_LISTED)
+    hits = await candidates.dense(space.index, query, scope, filters, DENSE_DEPTH)
+    got = await candidates.fresh_dense(space.index, query, scope, filters, DENSE_DEPTH, hits, stale)
+    rows = await app.pool.fetch(
+        "SELECT 1 - (embedding <=> $1) AS similarity FROM memories WHERE user_id = $2 AND NOT is_deleted"
+        " AND status = 'active' AND embedding_model = $3 ORDER BY similarity DESC LIMIT $4",
+        query, user_id, model, DENSE_DEPTH)
+    return [round(v, 5) for v in got.values()], [round(r["similarity"], 5) for r in rows]
 
 
 async def _bm25_state(app: App, user_id: str):

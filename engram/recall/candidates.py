@@ -46,24 +46,32 @@ STALE_DENSE_LISTED = 1_000  # memories of a scope with stale points scored by th
 
 
 async def fresh_dense(index: VectorIndex, query_vector: np.ndarray, scope: Scope, filters: Filters, depth: int,
-                      hits: dict[UUID, float], stale: dict[UUID, float | None]) -> dict[UUID, float]:
+                      hits: dict[UUID, float], stale: dict[UUID, np.ndarray | None]) -> dict[UUID, float]:
     """The dense top `depth`, from the index's `hits` (its first `depth`) and the scope's memories
-    whose points a change left stale (memories.stale_dense): the hits except those memories, and
-    those of them that pass the filters scored by their canonical embeddings; best first.
+    whose points a change left stale, read before the index was searched (memories.stale_dense):
+    the hits except those memories, and those of them that pass the filters scored by their
+    canonical embeddings; best first.
 
-    The index owner rewrites a memory's points after its change commits; until then its point
-    holds the old vector and labels. So a changed memory is found by its new meaning and labels
-    at once, and its old point takes no other memory's place: when stale points were among the
-    hits, the index is asked again for more until `depth` others are held or it runs out. Past
-    STALE_DENSE_LISTED stale memories in a scope (a mass change the owner is still writing), the
-    rest keep their points' places, and their rows still decide their scores
-    (memories.candidate_rows)."""
+    The index owner rewrites a memory's points after its change commits, and only then marks
+    them fresh; until then its point holds the old vector and labels. So a changed memory is
+    found by its new meaning and labels at once, and its old point takes no other memory's
+    place: when stale points were among the hits, the index is asked again for more until
+    `depth` others are held or it runs out. Past STALE_DENSE_LISTED stale memories in a scope
+    (a mass change the owner is still writing), the rest keep their points' places, and their
+    rows still decide their scores (memories.candidate_rows)."""
     asked = depth
     while (dropped := sum(1 for i in hits if i in stale)) and len(hits) == asked and asked - dropped < depth:
         asked = depth + dropped
         hits = await dense(index, query_vector, scope, filters, asked)
-    found = {i: v for i, v in hits.items() if i not in stale} | {i: v for i, v in stale.items() if v is not None}
+    found = {i: v for i, v in hits.items() if i not in stale}
+    found |= {i: cosine(v, query_vector) for i, v in stale.items() if v is not None}
     return dict(heapq.nlargest(depth, found.items(), key=lambda kv: kv[1]))
+
+
+def cosine(a, b) -> float:
+    """Their cosine similarity in double precision, as pgvector's `1 - (a <=> b)` computes it."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(a @ b / math.sqrt(float(a @ a) * float(b @ b)))
 
 
 OVERFETCH = 1.25  # index hits scored exactly per BM25 candidate kept

@@ -7,11 +7,12 @@ reranker first and the rest follow in that order.
 
 Stage 1's two legs overlap: Postgres and the lexical index find BM25's top while the query is
 embedded (in a thread) and the vector index searched, so `explain`'s `embed_query` + `dense` and
-`bm25` run side by side. Beside the vector index, Postgres scores the scope's memories whose
-points a change left stale (candidates.fresh_dense): none in the steady state. Ranking reads a
-few columns per candidate and its session neighbours (`fetch`; context expansion needs no
-statement of its own), and with them the BM25 scores of the dense hits outside BM25's top; the full rows are read for the results only (`rows`), with their
-chain heads, so verifying them (`verify`) takes no statement of its own. Those three reads share
+`bm25` run side by side. Beside the embedding, Postgres reads the scope's memories whose points
+a change left stale, scored by their rows instead (candidates.fresh_dense): none in the steady
+state. Ranking reads a few columns per candidate and its session neighbours (`fetch`; context
+expansion needs no statement of its own), and with them the BM25 scores of the dense hits
+outside BM25's top; the full rows are read for the results only (`rows`), with their chain
+heads, so verifying them (`verify`) takes no statement of its own. Those three reads share
 one connection. No pooled connection is held while the query is embedded or reranked.
 """
 
@@ -228,18 +229,18 @@ class Recall:
     async def _vector_leg(self, model: str, space: Space, query: str, scope: Scope, filters: Filters, depth: int
                           ) -> tuple[np.ndarray, dict[UUID, float], int, tuple[float, float]]:
         """(query vector, dense hits, how many of the scope's points were stale, (embedding ms,
-        index ms)): candidates.fresh_dense."""
-        t = time.perf_counter()
-        query_vector = await space.embedder.embed_query(query)
-        t1 = time.perf_counter()
-
-        async def stale() -> dict[UUID, float | None]:
+        index ms)): candidates.fresh_dense. The embedding's time includes the read of the stale
+        points beside it, which is the shorter."""
+        async def stale() -> dict[UUID, np.ndarray | None]:
             async with self._pool.acquire() as conn:
-                return await repo.stale_dense(conn, scope, filters, query_vector, model,
-                                              candidates.STALE_DENSE_LISTED)
+                return await repo.stale_dense(conn, scope, filters, model, candidates.STALE_DENSE_LISTED)
 
-        hits, stale_points = await _side_by_side(candidates.dense(space.index, query_vector, scope, filters, depth),
-                                                 stale())
+        t = time.perf_counter()
+        # The stale points are read beside the embedding, so before the index is searched: a
+        # point the owner rewrites in between is then either listed (and skipped) or fresh.
+        query_vector, stale_points = await _side_by_side(space.embedder.embed_query(query), stale())
+        t1 = time.perf_counter()
+        hits = await candidates.dense(space.index, query_vector, scope, filters, depth)
         dense = await candidates.fresh_dense(space.index, query_vector, scope, filters, depth, hits, stale_points)
         return query_vector, dense, len(stale_points), ((t1 - t) * 1e3, (time.perf_counter() - t1) * 1e3)
 

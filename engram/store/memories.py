@@ -319,30 +319,31 @@ async def candidate_rows(
             for r in rows]
 
 
-async def stale_dense(conn: asyncpg.Connection | asyncpg.Pool, scope: Scope, filters: Filters,
-                      query_vector: np.ndarray, model: str, limit: int) -> dict[UUID, float | None]:
+async def stale_dense(conn: asyncpg.Connection | asyncpg.Pool, scope: Scope, filters: Filters, model: str,
+                      limit: int) -> dict[UUID, np.ndarray | None]:
     """Up to `limit` memories of `scope` whose vector points a change left stale (`dense_stale`),
-    the most recently changed first, whatever the filters: each with the cosine similarity of
-    its canonical embedding to the query, or None if it no longer passes `filters` or has no
-    `model` vector. The partial indexes on `dense_stale` by scope column find them: none in the
-    steady state (0.05 ms at 100k memories in the scope); 3,000 after a mass change cost 6-7 ms
-    until the index owner has rewritten them (ids sorted first, then the rows read by id: whole
-    rows sorted took 9-12 ms)."""
-    stale = Where([query_vector, model, limit])
+    the most recently changed first, whatever the filters: each with its canonical `model`
+    embedding, or None if it no longer passes `filters` or has no `model` vector.
+
+    The partial indexes on `dense_stale` by scope column find them: none in the steady state
+    (0.05 ms at 100k memories in the scope). 3,000 after a mass change cost 6-7 ms until the
+    index owner has rewritten them (ids sorted first, then the rows read by id: whole rows
+    sorted took 9-12 ms)."""
+    stale = Where([model, limit])
     stale.add_raw("s.dense_stale")
     stale.scope(scope, "s")
     passes = Where(stale.params)  # the same parameter list: its values follow the scope's
     passes.filters(filters)
     rows = await conn.fetch(
         f"""
-        SELECT m.id, CASE WHEN {passes.sql()} AND m.embedding_model = $2 THEN 1 - (m.embedding <=> $1) END AS similarity
+        SELECT m.id, CASE WHEN {passes.sql()} AND m.embedding_model = $1 THEN m.embedding END AS embedding
         FROM memories m
         WHERE m.id = ANY(ARRAY(SELECT s.id FROM memories s WHERE {stale.sql()}
-                               ORDER BY s.updated_at DESC, s.id DESC LIMIT $3))
+                               ORDER BY s.updated_at DESC, s.id DESC LIMIT $2))
         """,
         *stale.params,
     )
-    return {r["id"]: r["similarity"] for r in rows}
+    return {r["id"]: None if r["embedding"] is None else r["embedding"].to_numpy() for r in rows}
 
 
 async def sealed_rows_in_scope(conn: asyncpg.Connection | asyncpg.Pool, ids: list[UUID], scope: Scope,
