@@ -100,6 +100,17 @@ async def test_a_reembed_stopped_mid_run_is_finished_by_the_next_worker(make_app
         assert await app.count("SELECT count(*) FROM memories WHERE embedding_model = $1", OTHER_MODEL) == 60
 
 
+async def _count_embedded(dsn: str, model: str) -> int:
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        return await conn.fetchval("SELECT count(*) FROM memories WHERE embedding_model = $1"
+                                   " AND embedding IS NOT NULL", model)
+    finally:
+        await conn.close()
+
+
 async def _job_row(dsn: str, job_id: str) -> dict:
     import uuid
 
@@ -112,25 +123,26 @@ async def _job_row(dsn: str, job_id: str) -> dict:
         await conn.close()
 
 
-async def test_a_reembed_survives_its_process_being_killed(postgres, temporal, tmp_path):
+async def test_a_reembed_survives_its_process_being_killed(make_app, temporal, tmp_path):
     import signal
     import time
     import uuid as uuidlib
 
-    from tests.conftest import new_database
     from tests.process import EngramProcess
 
-    dsn = await new_database(postgres)
-    common = dict(postgres_dsn=dsn, temporal_address=temporal.address, llm_provider="none",
-                  temporal_task_queue=f"rk-{uuidlib.uuid4().hex[:6]}", dispatcher_interval_s=0.2)
-    engram = EngramProcess(tmp_path / "data", **common).start()
-    with engram.client() as http:
-        for n in range(60):
-            http.post("/api/memory/remember", json={"content": f"Zoe note {n}: {TOPICS[n % len(TOPICS)]}",
-                                                    "scope": SCOPE, "mode": "sync"}).raise_for_status()
-    engram.stop()
+    # The memories to re-embed are written in-process, in one request: only the re-embed has to
+    # run (and be killed) in `engram up`, and a start of it costs seconds.
+    async with make_app(data_dir=tmp_path / "data") as first:
+        stored = await first.post("/api/memory/remember/batch", {"items": [
+            {"content": f"Zoe note {n}: {TOPICS[n % len(TOPICS)]}", "scope": SCOPE} for n in range(60)]})
+        assert stored.status_code == 200 and stored.json()["stored"] == 60, stored.text
+        await _wait_all_done(first)
+        dsn = first.settings.postgres_dsn
+    assert await _count_embedded(dsn, DEFAULT_MODEL) == 60
 
-    engram.env.update({"ENGRAM_EMBEDDING_MODEL": OTHER_MODEL, "ENGRAM_REEMBED_BATCH_SIZE": "3"})
+    engram = EngramProcess(tmp_path / "data", postgres_dsn=dsn, temporal_address=temporal.address,
+                           llm_provider="none", temporal_task_queue=f"rk-{uuidlib.uuid4().hex[:6]}",
+                           dispatcher_interval_s=0.2, embedding_model=OTHER_MODEL, reembed_batch_size=3)
     engram.start()
     import asyncpg
 

@@ -33,8 +33,9 @@ async def test_temporal_down_then_back_saves_raw_and_processes_once(make_app, fa
             assert time.monotonic() - started < 15
             assert {a["status"] for a in answers} == {"queued"}
             assert all(a["warnings"][0].startswith("pipeline_timeout") for a in answers)
-            # ...and once the oldest waiting job is past pipeline_stall_s, at once.
-            await asyncio.sleep(app.settings.pipeline_stall_s)
+            # ...and once the oldest waiting job is past pipeline_stall_s, at once. That job, the first
+            # above, was written just after `started`: a second more puts it past, with room to spare.
+            await asyncio.sleep(max(0.0, started + app.settings.pipeline_stall_s + 1 - time.monotonic()))
             started = time.monotonic()
             late = await app.remember("Nina sold honey at the market", mode="auto")
             assert time.monotonic() - started < 1

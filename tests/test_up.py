@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -38,6 +39,12 @@ def _children_of(pid: int) -> list[str]:
     return [line for line in out.splitlines() if line.strip()]
 
 
+def _side_by_side(engram: EngramProcess, *commands: tuple[str, ...]) -> list[subprocess.CompletedProcess]:
+    """`engram.cli(*command)` for each command, all at once; the results in the commands' order."""
+    with ThreadPoolExecutor(len(commands)) as pool:
+        return list(pool.map(lambda command: engram.cli(*command), commands))
+
+
 def test_up_serves_the_cli_and_keeps_everything_across_a_restart(engram):
     engram.start()
     key = engram.key
@@ -45,26 +52,25 @@ def test_up_serves_the_cli_and_keeps_everything_across_a_restart(engram):
     children = _children_of(engram.proc.pid)
     assert any("postgres" in c for c in children) and any("temporal" in c for c in children)
 
+    # Each CLI run is a process that spends most of a second importing: commands that do not
+    # depend on each other's answers run side by side.
     stored = []
-    for text in ("Olga grows tomatoes on her balcony", "Olga's cat is called Pixel", "Olga speaks Finnish"):
-        out = engram.cli("remember", text, "--user-id", "olga", "--mode", "sync")
+    texts = ("Olga grows tomatoes on her balcony", "Olga's cat is called Pixel", "Olga speaks Finnish")
+    for out in _side_by_side(engram, *(("remember", text, "--user-id", "olga", "--mode", "sync") for text in texts)):
         assert out.returncode == 0, out.stderr
         answer = json.loads(out.stdout)
         assert answer["status"] == "processed"
         stored.append(answer)
 
-    out = engram.cli("search", "what pet does she have", "--user-id", "olga", "--json")
-    assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["results"][0]["memory"]["id"] == stored[1]["memory_id"]
-    out = engram.cli("get", stored[0]["memory_id"])
-    assert json.loads(out.stdout)["content"] == "Olga grows tomatoes on her balcony"
-    out = engram.cli("jobs", stored[0]["job_id"])
-    assert json.loads(out.stdout)["status"] == "done"
-    out = engram.cli("status")
-    assert out.returncode == 0 and json.loads(out.stdout)["ready"] is True
-    bad = engram.cli("remember", "", "--user-id", "olga")
+    search, got, job, status, bad, no_scope = _side_by_side(
+        engram, ("search", "what pet does she have", "--user-id", "olga", "--json"), ("get", stored[0]["memory_id"]),
+        ("jobs", stored[0]["job_id"]), ("status",), ("remember", "", "--user-id", "olga"), ("search", "x"))
+    assert search.returncode == 0, search.stderr
+    assert json.loads(search.stdout)["results"][0]["memory"]["id"] == stored[1]["memory_id"]
+    assert json.loads(got.stdout)["content"] == "Olga grows tomatoes on her balcony"
+    assert json.loads(job.stdout)["status"] == "done"
+    assert status.returncode == 0 and json.loads(status.stdout)["ready"] is True
     assert bad.returncode != 0 and "422 validation_error" in bad.stderr
-    no_scope = engram.cli("search", "x")
     assert no_scope.returncode != 0 and "--user-id" in no_scope.stderr
 
     assert engram.stop(signal.SIGINT) == 0
@@ -123,7 +129,7 @@ def test_a_crashed_api_or_worker_is_restarted_and_up_killed_outright_takes_its_s
             except httpx.TransportError:
                 pass
             assert time.monotonic() < deadline, "the restarted API did not answer"
-            time.sleep(0.5)
+            time.sleep(0.1)
         assert again.json()["status"] == "processed"  # the restarted worker ran its pipeline
         assert http.get(f"/api/memory/{answer['memory_id']}").json()["content"] == "Petra runs a bakery"
     children = _children_of(engram.proc.pid)
