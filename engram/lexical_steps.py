@@ -5,7 +5,8 @@ recovers exact scores from it (engram.domain.text.bm25_score).
 
 `index_pending` writes the points of memories not yet held (the `lexical_indexed` outbox) and
 marks them; `settle` finds a new, empty index beside memories marked as held and marks them all
-to do again, so the same loop rebuilds it. Both are idempotent; worker/index_sync.py runs them in
+to do again, so the same loop rebuilds it, and points weighed with other BM25 parameters and
+marks them to reweigh. Both are idempotent; worker/index_sync.py runs them in
 the process that owns the index.
 """
 
@@ -18,7 +19,7 @@ import asyncpg
 from engram.domain.text import bm25_document_vector
 from engram.inference.embedding_spaces import index_point
 from engram.inference.vector_index import VectorIndex
-from engram.store import lexical_index
+from engram.store import bm25, lexical_index
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +41,21 @@ async def index_pending(pool: asyncpg.Pool, index: VectorIndex, *, k1: float, b:
     return await lexical_index.mark_indexed(pool, [(t.row["id"], t.row["version"]) for t in todo])
 
 
-async def settle(pool: asyncpg.Pool, index: VectorIndex) -> None:
+async def settle(pool: asyncpg.Pool, index: VectorIndex, *, k1: float, b: float) -> None:
     """An empty index while memories are marked held (a new shard or collection, a wiped one):
-    mark every memory to do, so `index_pending` rebuilds it from the postings."""
+    mark every memory to do, so `index_pending` rebuilds it from the postings. Points weighed
+    with other BM25 parameters than `k1` and `b` (the settings changed): mark every held one
+    to reweigh. Search scores exactly under the new parameters meanwhile, since a point keeps
+    what its weights were computed from; only its candidates' order is the old one's."""
     if await index.count() == 0 and await lexical_index.any_indexed(pool):
         reset = await lexical_index.reset_indexed(pool)
         log.warning("the lexical index is empty: rebuilding it from Postgres", extra={"memories": reset})
+    weights = f"k1={k1!r} b={b!r}"
+    recorded = await bm25.point_weights(pool)
+    if recorded == weights:
+        return
+    if recorded is not None:  # None: recorded first by this release, so weighed with these
+        marked = await lexical_index.reweigh_all(pool)
+        log.warning("BM25 parameters changed: reweighing the lexical index",
+                    extra={"from": recorded, "to": weights, "memories": marked})
+    await bm25.record_point_weights(pool, weights)

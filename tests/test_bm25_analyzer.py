@@ -244,10 +244,11 @@ async def test_database_from_before_the_analyzer_was_recorded_counts_as_the_firs
     """Before 0005 every posting came from tokeniser version 1 and the english stemmer."""
     caplog.set_level(logging.INFO, logger="engram.store.lexical_index")
     dsn, ids = await _fill_with_english(make_app, tmp_path / "state")
-    # Back to how a database migrated before 0005_bm25_analyzer.sql looks.
+    # Back to how a database migrated before 0005_bm25_analyzer.sql looks (0021 adds a column to its table).
     conn = await asyncpg.connect(dsn)
     try:
-        await conn.execute("DROP TABLE bm25_state; DELETE FROM schema_migrations WHERE name = '0005_bm25_analyzer'")
+        await conn.execute("DROP TABLE bm25_state; DELETE FROM schema_migrations"
+                           " WHERE name IN ('0005_bm25_analyzer', '0021_lexical_point_weights')")
     finally:
         await conn.close()
 

@@ -220,7 +220,7 @@ class Runtime:
                 rt._start(ImportWriters(service, pool, settings).run_forever(), "import-writers")
         if hosts_index(settings, roles):
             if lexical is not None:
-                await lexical_steps.settle(pool, lexical)
+                await lexical_steps.settle(pool, lexical, k1=settings.bm25_k1, b=settings.bm25_b)
             rt._start(IndexSync(pool, lexical, embedding_spaces, settings).run_forever(), "index-sync")
         if hosts_index(settings, roles) and settings.index_optimize_after and not settings.qdrant_url:
             rt.optimizer = IndexOptimizer(rt.served_indexes, after=settings.index_optimize_after,

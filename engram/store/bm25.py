@@ -35,6 +35,15 @@ async def record(conn: asyncpg.Connection, analyzer: str, *, rebuilt: bool) -> N
     )
 
 
+async def point_weights(conn: asyncpg.Connection | asyncpg.Pool) -> str | None:
+    """The BM25 parameters the lexical index's points are weighed with (None: not recorded yet)."""
+    return await conn.fetchval("SELECT point_weights FROM bm25_state WHERE id")
+
+
+async def record_point_weights(conn: asyncpg.Connection | asyncpg.Pool, weights: str) -> None:
+    await conn.execute("UPDATE bm25_state SET point_weights = $1, updated_at = now() WHERE id", weights)
+
+
 async def holds_memories(conn: asyncpg.Connection) -> bool:
     return await conn.fetchval("SELECT EXISTS (SELECT 1 FROM memories)")
 

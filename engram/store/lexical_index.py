@@ -185,6 +185,13 @@ async def reset_indexed(pool: asyncpg.Pool) -> int:
     return int(result.split()[-1])
 
 
+async def reweigh_all(pool: asyncpg.Pool) -> int:
+    """Every held memory's point to reweigh (other BM25 parameters). Returns how many."""
+    result = await pool.execute(
+        "UPDATE memories SET lexical_reweigh = true WHERE lexical_indexed AND NOT lexical_reweigh")
+    return int(result.split()[-1])
+
+
 async def to_index_counts(pool: asyncpg.Pool) -> tuple[int, int]:
     """(memories the index does not hold yet, points to reweigh)."""
     row = await pool.fetchrow("SELECT (SELECT count(*) FROM memories WHERE NOT lexical_indexed) AS to_index, "

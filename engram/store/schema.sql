@@ -40,6 +40,7 @@ CREATE TABLE bm25_state (
     analyzer text NOT NULL,
     rebuilt_at timestamp with time zone,
     updated_at timestamp with time zone NOT NULL DEFAULT now(),
+    point_weights text,
     CONSTRAINT bm25_state_id_check CHECK (id),
     CONSTRAINT bm25_state_pkey PRIMARY KEY (id)
 );
