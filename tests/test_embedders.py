@@ -95,13 +95,15 @@ async def test_open_raises_config_error_when_the_model_is_not_served(kind, fake_
     [
         (FakeReply.status(500, "model crashed"), "http_error"),
         (FakeReply.broken_body(), "malformed_output"),
-        (FakeReply.delay(1.0), "timeout"),
+        (FakeReply.delay(3.0), "timeout"),
     ],
     ids=["http_500", "not_json", "slow"],
 )
 @pytest.mark.parametrize("kind", ["ollama", "openai"])
 async def test_failure_at_embed_time_raises_embedding_unavailable(kind, reply, code, fake_llm):
-    embedder = await open_embedder(embedding_settings(kind, fake_llm.url, llm_timeout_s=0.3))
+    # 1 s, not less: the call after the failure must connect and be answered within it on a
+    # busy machine (at 0.3 s its connect alone once ran out).
+    embedder = await open_embedder(embedding_settings(kind, fake_llm.url, llm_timeout_s=1.0))
     try:
         fake_llm.script_embeddings(reply)
         with pytest.raises(EmbeddingUnavailable, match=f"{kind}:{MODELS[kind]}: {code}") as raised:
