@@ -5,8 +5,8 @@ recovers exact scores from it (engram.domain.text.bm25_score).
 
 `index_pending` writes the points of memories not yet held (the `lexical_indexed` outbox) and
 marks them; `settle` finds a new, empty index beside memories marked as held and marks them all
-to do again, so the same loop rebuilds it, and points weighed with other BM25 parameters and
-marks them to reweigh. Both are idempotent; worker/index_sync.py runs them in
+to do again, so the same loop rebuilds it, and marks every point to reweigh when the BM25
+parameters it was weighed with are no longer the settings'. Both are idempotent; worker/index_sync.py runs them in
 the process that owns the index.
 """
 

@@ -197,8 +197,8 @@ class Settings(BaseSettings):
     rank_access_weight: float = 0.0
     bm25_k1: float = 1.2
     # Less length normalisation than the textbook 0.75: a conversation's longer turns carry
-    # more of its facts. On LoCoMo dev through the service, in two ingests, 0.5 raised R@10 /
-    # nDCG@10 by .003 / .009 and .003 / .003 (0.3: nDCG up, R@10 not). Changing k1 or b has
+    # more of its facts. On LoCoMo dev through the service, in three ingests, 0.5 raised R@10 /
+    # nDCG@10 by .003 / .009, .003 / .003 and .001 / .005 (0.3: nDCG up, R@10 not). Changing k1 or b has
     # the lexical index's points reweighed at the index owner's next start (lexical_steps.settle).
     bm25_b: float = 0.5
     # Changing it (or a release that bumps engram.domain.text.TOKENIZER_VERSION) rebuilds every memory's

@@ -255,10 +255,10 @@ async def test_other_bm25_parameters_at_start_reweigh_every_point(make_app, tmp_
         await _wait_indexed(app)
         dsn, s = app.settings.postgres_dsn, app.settings
         assert await _weighed_with(app, scope, "Caroline Melanie lake") == {(s.bm25_k1, s.bm25_b)}
-    async with make_app(postgres_dsn=dsn, data_dir=data_dir, bm25_k1=0.9, bm25_b=0.5) as app:
+    async with make_app(postgres_dsn=dsn, data_dir=data_dir, bm25_k1=0.9, bm25_b=0.3) as app:
         await _wait_indexed(app)  # start-up marked every point to reweigh before serving
-        assert await _weighed_with(app, scope, "Caroline Melanie lake") == {(0.9, 0.5)}
-        assert await app.pool.fetchval("SELECT point_weights FROM bm25_state") == "k1=0.9 b=0.5"
+        assert await _weighed_with(app, scope, "Caroline Melanie lake") == {(0.9, 0.3)}
+        assert await app.pool.fetchval("SELECT point_weights FROM bm25_state") == "k1=0.9 b=0.3"
         got, want, _ = await _scored_in_postgres(app, scope, "Caroline Melanie lake")
         assert sorted(got.values()) == pytest.approx(sorted(want.values()), rel=1e-12)
 
