@@ -85,7 +85,7 @@ async def test_each_candidates_neighbours_are_the_live_memories_around_it_in_its
     """The neighbours read with the candidates' rows are the live memories just before and after
     each in its scope and session, by (created_at, id), whatever else is deleted, superseded,
     quarantined, filtered out or left out of the candidates, and whether or not the candidate
-    itself is live."""
+    itself is live; of those, the ones among the rows read (only they can lift it)."""
     rng = random.Random(5)
     for scope in ({"user_id": "n1"}, {"user_id": "n2"}):
         for batch in range(3):  # one batch shares a write time: ties ordered by id
@@ -120,9 +120,10 @@ async def test_each_candidates_neighbours_are_the_live_memories_around_it_in_its
                                         and (filters.include_deleted or not by_id[i]["is_deleted"])
                                         and by_id[i]["status"] != "quarantined"
                                         and (filters.type is None or by_id[i]["type"] == filters.type)}
+        returned = {r.id for r in read}
         for r in read:
             c = by_id[r.id]
-            want = tuple(n for n in (neighbour(c, True), neighbour(c, False)) if n is not None)
+            want = tuple(n for n in (neighbour(c, True), neighbour(c, False)) if n in returned)
             assert r.around == want, (trial, r.id)
 
 

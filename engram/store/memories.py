@@ -272,7 +272,7 @@ class CandidateRow:
     access_count: int
     similarity: float | None  # None where the memory has no embedding from the query's model yet
     has_facts: bool = False  # a raw memory the write pipeline took facts from
-    around: tuple[UUID, ...] = ()  # its session neighbours (`_session_neighbour`), if asked for
+    around: tuple[UUID, ...] = ()  # its session neighbours among the rows read (`_NEIGHBOURS`), if asked for
     bm25: float | None = None  # its exact BM25, if asked for and it holds a query term
 
 
@@ -288,6 +288,38 @@ def _session_neighbour(column: str, before: bool) -> str:
              ORDER BY p.created_at {order}, p.id {order} LIMIT 1)"""
 
 
+def _nothing_live_between(a: str, b: str) -> str:
+    """No live memory of `a`'s scope and session lies strictly between rows `a` and `b` (by
+    created_at, id): one descent of memories_session_order_idx."""
+    return f"""NOT EXISTS (SELECT 1 FROM memories x
+                 WHERE x.scope_key = {a}.scope_key AND x.session_id = {a}.session_id AND NOT x.is_deleted
+                   AND x.status = 'active'
+                   AND (x.created_at, x.id) > ({a}.created_at, {a}.id)
+                   AND (x.created_at, x.id) < ({b}.created_at, {b}.id))"""
+
+
+# Each candidate's session neighbours among the candidates (`c`): the live memory just before it
+# (or after it) in its scope and session (`_session_neighbour`), where that memory is a candidate.
+# Only those lift a candidate (expansion.lifts), and a candidate can only be one if it is the
+# nearest live candidate on that side: the one whose running count of live candidates in the
+# session (`upto`) is the candidate's `before` (or `after`). One probe then checks that no live
+# memory lies between. A live pair is probed once, for the later one's `prev`; the earlier
+# one's `next` reads that answer.
+_NEIGHBOURS = f"""
+    o AS (SELECT id, scope_key, session_id, created_at, live, upto, upto - live::int AS before, upto + 1 AS after
+          FROM (SELECT id, scope_key, session_id, created_at, live,
+                       count(*) FILTER (WHERE live) OVER (PARTITION BY scope_key, session_id
+                                                          ORDER BY created_at, id) AS upto
+                FROM c WHERE session_id IS NOT NULL) counted),
+    b AS (SELECT o.id, p.id AS prev FROM o JOIN o p
+            ON p.scope_key = o.scope_key AND p.session_id = o.session_id AND p.upto = o.before AND p.live
+          WHERE {_nothing_live_between("p", "o")}),
+    a AS (SELECT o.id, n.id AS next FROM o JOIN o n
+            ON n.scope_key = o.scope_key AND n.session_id = o.session_id AND n.upto = o.after AND n.live
+          LEFT JOIN b ON b.id = n.id
+          WHERE CASE WHEN o.live THEN b.prev IS NOT NULL ELSE {_nothing_live_between("o", "n")} END)"""
+
+
 async def candidate_rows(
     conn: asyncpg.Connection | asyncpg.Pool, ids: list[UUID], scope: Scope, filters: Filters,
     query_vector: np.ndarray, model: str, *, neighbours: bool = False,
@@ -295,27 +327,29 @@ async def candidate_rows(
 ) -> list[CandidateRow]:
     """Those of `ids` that are in `scope` and pass `filters`, each with the cosine similarity of
     its canonical embedding to the query; with `neighbours`, the live memories written just
-    before and after it in its scope and session (`_session_neighbour`); and with `bm25`, the
-    exact BM25 of those of `bm25.ids` (lexical_index.score_column).
+    before and after it in its scope and session, of those among the rows read (`_NEIGHBOURS`);
+    and with `bm25`, the exact BM25 of those of `bm25.ids` (lexical_index.score_column).
 
     The candidates come from indexes that may lag; this re-check against the rows is what
     guarantees scope and deletion (and `sealed_rows_in_scope` checks again for the results)."""
     where = Where.ids_in_scope(ids, scope, filters, query_vector, model)
-    around = (f", CASE WHEN m.session_id IS NOT NULL THEN {_session_neighbour('id', before=True)} END AS prev"
-              f", CASE WHEN m.session_id IS NOT NULL THEN {_session_neighbour('id', before=False)} END AS next"
-              if neighbours else "")
-    score = f", {lexical_index.score_column(where.params, bm25)} AS bm25" if bm25 is not None else ""
+    score = lexical_index.score_column(where.params, bm25) if bm25 is not None else "NULL::float8"
+    around = (f", {_NEIGHBOURS} SELECT c.*, b.prev, a.next FROM c LEFT JOIN b USING (id) LEFT JOIN a USING (id)"
+              if neighbours else " SELECT * FROM c")
     rows = await conn.fetch(
         f"""
-        SELECT m.id, m.created_at, m.access_count, m.has_facts,
-               CASE WHEN m.embedding_model = $3 THEN 1 - (m.embedding <=> $2) END AS similarity{around}{score}
-        FROM memories m WHERE {where.sql()}
+        WITH c AS MATERIALIZED (
+            SELECT m.id, m.created_at, m.access_count, m.has_facts,
+                   CASE WHEN m.embedding_model = $3 THEN 1 - (m.embedding <=> $2) END AS similarity, {score} AS bm25,
+                   m.scope_key, m.session_id, NOT m.is_deleted AND m.status = 'active' AS live
+            FROM memories m WHERE {where.sql()}
+        ){around}
         """,
         *where.params,
     )
     return [CandidateRow(r["id"], r["created_at"], r["access_count"], r["similarity"], r["has_facts"],
                          tuple(x for x in (r["prev"], r["next"]) if x is not None) if neighbours else (),
-                         r["bm25"] if bm25 is not None else None)
+                         r["bm25"])
             for r in rows]
 
 
