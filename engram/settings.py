@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     temporal_task_queue: str = "engram"
     temporal_grpc_port: int = 7233
     temporal_ui_port: int = 8233
+    # A workflow's next task waits this long for the worker that ran it last (which holds it in
+    # memory) before any worker may take it: after that worker died, how long its workflows wait.
+    temporal_sticky_queue_timeout_s: float = Field(default=10.0, gt=0)
 
     # Vectors. Empty URL: the in-process Qdrant edge shard under data_dir.
     qdrant_url: str = ""
@@ -185,6 +188,14 @@ class Settings(BaseSettings):
     drain_batch_size: int = Field(default=32, ge=1)
     drain_rate_per_s: float = Field(default=20.0, gt=0)
     drain_idle_s: float = Field(default=5.0, gt=0)
+    # How long a step whose worker died goes unnoticed before Temporal retries it on another: a
+    # batch's embed and extract, a drain step and a batch forget's chunk heartbeat every 5 s (so
+    # at least 8 s); a re-embed batch heartbeats as it starts, so it must end within its timeout.
+    # Read when a run starts; a run keeps the values it started with.
+    ingest_heartbeat_timeout_s: float = Field(default=15.0, ge=8)
+    drain_heartbeat_timeout_s: float = Field(default=15.0, ge=8)
+    forget_heartbeat_timeout_s: float = Field(default=20.0, ge=8)
+    reembed_heartbeat_timeout_s: float = Field(default=10.0, gt=0)
     # The worker process runs at this CPU niceness (0-19) under `engram up` and `engram worker`,
     # so that a backlog being worked off yields the CPU to searches.
     worker_niceness: int = Field(default=10, ge=0, le=19)

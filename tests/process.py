@@ -15,12 +15,19 @@ from worker.embedded import free_port
 
 ENGRAM = str(Path(sys.executable).parent / "engram")
 
+# For the tests that kill a worker: its workflows' next tasks, and its steps, go to the next
+# worker after seconds rather than the production 10-20 s (the heartbeating steps beat every
+# 5 s, so 8 s is the least; a re-embed batch of a test's few memories takes well under 5 s).
+FAST_FAILOVER = dict(temporal_sticky_queue_timeout_s=2, ingest_heartbeat_timeout_s=8, drain_heartbeat_timeout_s=8,
+                     forget_heartbeat_timeout_s=8, reembed_heartbeat_timeout_s=5)
+
 
 class EngramProcess:
     def __init__(self, data_dir: Path, **settings) -> None:
         self.data_dir = data_dir
         self.port = free_port()
-        self.env = {**os.environ, "ENGRAM_DATA_DIR": str(data_dir), "ENGRAM_HTTP_PORT": str(self.port)}
+        self.env = {**os.environ, "ENGRAM_DATA_DIR": str(data_dir), "ENGRAM_HTTP_PORT": str(self.port),
+                    "ENGRAM_GRPC_PORT": str(free_port())}
         self.env.update({f"ENGRAM_{k.upper()}": str(v) for k, v in settings.items()})
         self.proc: subprocess.Popen | None = None
         self.url = f"http://127.0.0.1:{self.port}"

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tests.conftest import new_database, ollama_settings, serving
-from tests.process import EngramProcess
+from tests.process import FAST_FAILOVER, EngramProcess
 from tests.test_workflow import record_history
 from tests.test_write_pipeline import extraction
 from workflows.approval import ApprovalWorkflow
@@ -297,7 +297,8 @@ async def test_a_worker_killed_while_a_write_waits_applies_the_approval_once(pos
     dsn = await new_database(postgres)
     engram = EngramProcess(tmp_path / "engram", postgres_dsn=dsn, temporal_address=temporal.address,
                            temporal_task_queue=f"kill-{uuid.uuid4().hex[:6]}", llm_provider="ollama",
-                           ollama_url=fake_llm.url, dispatcher_interval_s=0.2, drain_idle_s=0.2).start()
+                           ollama_url=fake_llm.url, dispatcher_interval_s=0.2, drain_idle_s=0.2,
+                           **FAST_FAILOVER).start()
     try:
         with engram.client() as http:
             operator = http.post("/api/keys", json={"name": "ops", "role": "operator", "scopes": ["*"]}).json()["key"]

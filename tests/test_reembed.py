@@ -128,7 +128,7 @@ async def test_a_reembed_survives_its_process_being_killed(make_app, temporal, t
     import time
     import uuid as uuidlib
 
-    from tests.process import EngramProcess
+    from tests.process import FAST_FAILOVER, EngramProcess
 
     # The memories to re-embed are written in-process, in one request: only the re-embed has to
     # run (and be killed) in `engram up`, and a start of it costs seconds.
@@ -142,7 +142,8 @@ async def test_a_reembed_survives_its_process_being_killed(make_app, temporal, t
 
     engram = EngramProcess(tmp_path / "data", postgres_dsn=dsn, temporal_address=temporal.address,
                            llm_provider="none", temporal_task_queue=f"rk-{uuidlib.uuid4().hex[:6]}",
-                           dispatcher_interval_s=0.2, embedding_model=OTHER_MODEL, reembed_batch_size=3)
+                           dispatcher_interval_s=0.2, embedding_model=OTHER_MODEL, reembed_batch_size=3,
+                           **FAST_FAILOVER)
     engram.start()
     import asyncpg
 

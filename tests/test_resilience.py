@@ -11,7 +11,7 @@ import httpx
 
 from tests.conftest import new_database, ollama_settings
 from tests.fakes.llm_server import FakeReply
-from tests.process import EngramProcess
+from tests.process import FAST_FAILOVER, EngramProcess
 from worker.embedded import EmbeddedTemporal, free_port
 
 FACTS = {"facts": [{"content": "Nina keeps bees", "type": "fact", "confidence": 0.9}], "entities": [],
@@ -66,6 +66,7 @@ async def test_worker_killed_mid_workflow_is_processed_exactly_once(postgres, te
         tmp_path / "engram", postgres_dsn=dsn, temporal_address=temporal.address,
         temporal_task_queue=f"kill-{uuid.uuid4().hex[:6]}", llm_provider="ollama", ollama_url=fake_llm.url,
         llm_timeout_s=2, extraction_backoff_initial_s=0.3, extraction_backoff_max_s=1, dispatcher_interval_s=0.2,
+        **FAST_FAILOVER,
     ).start()
     try:
         with engram.client() as http:
@@ -126,7 +127,7 @@ async def test_a_batch_forget_killed_mid_execution_resumes_without_deleting_twic
     engram = EngramProcess(
         tmp_path / "engram", postgres_dsn=dsn, temporal_address=temporal.address,
         temporal_task_queue=f"kill-{uuid.uuid4().hex[:6]}", llm_provider="none", approval_threshold=1000,
-        dispatcher_interval_s=0.2,
+        dispatcher_interval_s=0.2, **FAST_FAILOVER,
     ).start()
     scope = {"user_id": "hoarder"}
     try:

@@ -27,7 +27,7 @@ from engram.domain import auth
 from engram.settings import Settings
 from tests.conftest import App, app_settings, new_database, ollama_settings, serving
 from tests.fakes.llm_server import FakeLLMServer, FakeReply
-from tests.process import ENGRAM
+from tests.process import ENGRAM, FAST_FAILOVER
 from worker.runtime import Runtime
 from worker.startup import prepare_store
 
@@ -289,7 +289,7 @@ async def test_worker_killed_mid_drain_leaves_nothing_leased_and_extracts_each_m
     total = 120
     settings = app_settings(
         tmp_path / "data", await new_database(postgres), temporal_address=temporal.address, **ollama_settings(llm),
-        llm_timeout_s=2, drain_batch_size=8, extraction_concurrency=4, drain_idle_s=0.2,
+        llm_timeout_s=2, drain_batch_size=8, extraction_concurrency=4, drain_idle_s=0.2, **FAST_FAILOVER,
     )
     go_down(llm)
     async with running(settings, embedder, reranker) as api:

@@ -20,6 +20,7 @@ import socket
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import asyncpg
 from temporalio.client import Client
@@ -212,7 +213,9 @@ class Runtime:
                                   activities=ingest.all() + legacy.all() + ForgetActivities(pool, changes, control).all()
                                   + ControlActivities(pool).all()
                                   + ReviewActivities(pool, changes, embedding_spaces, control).all()
-                                  + ApprovalActivities(pool, changes).all()))
+                                  + ApprovalActivities(pool, changes).all(),
+                                  sticky_queue_schedule_to_start_timeout=timedelta(
+                                      seconds=settings.temporal_sticky_queue_timeout_s)))
             dispatcher = Dispatcher(TemporalPipeline(client, pool, settings), pool, settings)
             rt._start(dispatcher.run_forever(), "outbox-dispatcher")
             rt._start(ChainSealer(pool, settings).run_forever(), "chain-sealer")

@@ -23,7 +23,7 @@ class TemporalForgetRuns:
             BatchForgetWorkflow.run,
             ForgetRunInput(operation_id=operation_id, requester=requester, needs_approval=needs_approval,
                            dry_run=dry_run, confirm_ttl_s=confirm_ttl_s, approval_ttl_s=approval_ttl_s, total=total,
-                           token_sha256=token_sha256),
+                           token_sha256=token_sha256, heartbeat_timeout_s=self._settings.forget_heartbeat_timeout_s),
             id=operation_id, task_queue=self._settings.temporal_task_queue)
 
     async def confirm(self, operation_id: str, *, actor: str, reason: str, stale: bool, token: str) -> str:

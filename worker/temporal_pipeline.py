@@ -47,7 +47,8 @@ class TemporalPipeline:
         False if Temporal did not answer; the batch stays formed and unstarted."""
         s = self._settings
         arg = IngestInput(job_ids=job_ids, index_queue=index_queue(s), extract_timeout_s=job_llm_s(s),
-                          extract_concurrency=s.extraction_concurrency)
+                          extract_concurrency=s.extraction_concurrency,
+                          heartbeat_timeout_s=s.ingest_heartbeat_timeout_s)
         if not await self._start(IngestWorkflow.run, arg, workflow_id):
             return False
         await jobs.mark_batch_started(self._pool, workflow_id)
@@ -68,7 +69,7 @@ class TemporalPipeline:
         else:
             run = ReembedWorkflow.run
             arg = ReembedInput(job_id=job.id, target=job.payload["target"], batch_size=s.reembed_batch_size,
-                               task_queue=index_queue(s))
+                               task_queue=index_queue(s), heartbeat_timeout_s=s.reembed_heartbeat_timeout_s)
         if not await self._start(run, arg, jobs.workflow_id_for(job.id, job.job_type)):
             return False
         await jobs.mark_started(self._pool, job.id)
@@ -80,7 +81,7 @@ class TemporalPipeline:
         arg = DrainInput(batch_size=s.drain_batch_size, rate_per_s=s.drain_rate_per_s,
                          probe_initial_s=s.provider_probe_initial_s, probe_max_s=s.provider_probe_max_s,
                          idle_s=s.drain_idle_s, extract_timeout_s=job_llm_s(s),
-                         extract_concurrency=s.extraction_concurrency)
+                         extract_concurrency=s.extraction_concurrency, heartbeat_timeout_s=s.drain_heartbeat_timeout_s)
         return await self._start(ExtractionDrainWorkflow.run, arg, drain_workflow_id(s.temporal_task_queue),
                                  reuse=WorkflowIDReusePolicy.ALLOW_DUPLICATE)
 

@@ -63,7 +63,7 @@ class ExtractionDrainWorkflow:
                 IngestActivities.drain,
                 DrainStepInput(owner=f"drain:{workflow.info().workflow_id}", limit=inp.batch_size),
                 start_to_close_timeout=timedelta(seconds=inp.batch_size * inp.extract_timeout_s + 60),
-                heartbeat_timeout=timedelta(seconds=15),
+                heartbeat_timeout=timedelta(seconds=inp.heartbeat_timeout_s),
                 retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)),
             )
             self._state.drained += settled.taken

@@ -32,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
 
 _STEP = dict(start_to_close_timeout=timedelta(seconds=60),
              retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)))
-_CHUNK = dict(start_to_close_timeout=timedelta(minutes=10), heartbeat_timeout=timedelta(seconds=20),
+_CHUNK = dict(start_to_close_timeout=timedelta(minutes=10),
               retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)))
 APPROVERS = ("operator", "admin")
 
@@ -79,7 +79,7 @@ class BatchForgetWorkflow:
         while True:
             chunk = await workflow.execute_activity_method(
                 ForgetActivities.delete_chunk, ForgetChunkInput(operation_id=inp.operation_id, limit=inp.chunk),
-                **_CHUNK)
+                heartbeat_timeout=timedelta(seconds=inp.heartbeat_timeout_s), **_CHUNK)
             self._state.done += chunk.settled
             if chunk.remaining == 0:
                 break

@@ -32,7 +32,8 @@ class IngestWorkflow:
     async def run(self, inp: IngestInput) -> IngestResult:
         embedded = await workflow.execute_activity_method(
             IngestActivities.embed, BatchInput(job_ids=inp.job_ids),
-            start_to_close_timeout=timedelta(minutes=2), heartbeat_timeout=timedelta(seconds=15), retry_policy=_RETRY,
+            start_to_close_timeout=timedelta(minutes=2), heartbeat_timeout=timedelta(seconds=inp.heartbeat_timeout_s),
+            retry_policy=_RETRY,
         )
         if embedded.memory_ids:
             await workflow.execute_activity_method(
@@ -43,6 +44,6 @@ class IngestWorkflow:
         settled = await workflow.execute_activity_method(
             IngestActivities.extract, ExtractBatchInput(job_ids=inp.job_ids, workflow_id=workflow.info().workflow_id),
             start_to_close_timeout=timedelta(seconds=rounds * inp.extract_timeout_s + 60),
-            heartbeat_timeout=timedelta(seconds=15), retry_policy=_RETRY,
+            heartbeat_timeout=timedelta(seconds=inp.heartbeat_timeout_s), retry_policy=_RETRY,
         )
         return IngestResult(done=settled.done, parked=settled.parked, dead=settled.dead)

@@ -37,6 +37,9 @@ class ReembedInput(BaseModel):
     # Where the activities run: the process that owns the vector index. None (runs from before
     # this field): the workflow's own queue.
     task_queue: str | None = None
+    # A batch heartbeats as it starts, so this bounds a batch, and how long one whose worker died
+    # waits before it is retried. Runs from before this field: 10 s.
+    heartbeat_timeout_s: float = 10.0
 
 
 class ReembedResult(BaseModel):
@@ -52,6 +55,9 @@ class IngestInput(BaseModel):
     # How long one extraction may take: the extract step's timeout scales with the batch.
     extract_timeout_s: float
     extract_concurrency: int
+    # How long a step whose worker died goes unnoticed (the steps heartbeat every 5 s) before it
+    # is retried. Runs from before this field: 15 s.
+    heartbeat_timeout_s: float = 15.0
 
 
 class IngestResult(BaseModel):
@@ -71,6 +77,9 @@ class DrainInput(BaseModel):
     extract_timeout_s: float
     extract_concurrency: int
     iterations_per_run: int = 200
+    # How long a drain step whose worker died goes unnoticed (it heartbeats every 5 s), and its
+    # jobs wait, before it is retried. Runs from before this field: 15 s.
+    heartbeat_timeout_s: float = 15.0
 
 
 class DrainState(BaseModel):
@@ -90,6 +99,9 @@ class ForgetRunInput(BaseModel):
     chunk: int = 100
     total: int = 0  # items in the set, for the progress query
     token_sha256: str | None = None  # the confirm token's digest (runs started before it was kept: unchecked)
+    # How long a chunk whose worker died goes unnoticed (it heartbeats every 5 s) before it is
+    # retried. Runs from before this field: 20 s.
+    heartbeat_timeout_s: float = 20.0
 
 
 class ForgetConfirmation(BaseModel):

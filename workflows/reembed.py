@@ -20,8 +20,6 @@ with workflow.unsafe.imports_passed_through():
 
 _STEP = dict(
     start_to_close_timeout=timedelta(minutes=5),
-    # A batch heartbeats; a worker that dies mid-batch is noticed within this, not after 5 min.
-    heartbeat_timeout=timedelta(seconds=10),
     retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=60)),
 )
 
@@ -34,17 +32,19 @@ class ReembedWorkflow:
 
     @workflow.run
     async def run(self, inp: ReembedInput) -> ReembedResult:
+        # A batch heartbeats; a worker that dies mid-batch is noticed within this, not after 5 min.
+        options = dict(heartbeat_timeout=timedelta(seconds=inp.heartbeat_timeout_s), **_STEP)
         for _ in range(inp.batches_per_run):
             step = await workflow.execute_activity_method(
                 ReembedActivities.batch,
                 ReembedBatchInput(job_id=inp.job_id, target=inp.target, batch_size=inp.batch_size),
-                task_queue=inp.task_queue, **_STEP,
+                task_queue=inp.task_queue, **options,
             )
             self._done, self._total = step.done, step.total
             if step.embedded == 0:
                 switch = SwitchInput(job_id=inp.job_id, target=inp.target)
                 if await workflow.execute_activity_method(ReembedActivities.switch, switch, task_queue=inp.task_queue,
-                                                          **_STEP):
+                                                          **options):
                     return ReembedResult(job_id=inp.job_id, target=inp.target, total=self._total)
                 # New memories arrived from a process without the target model: embed them too.
         workflow.continue_as_new(inp)
