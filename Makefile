@@ -37,8 +37,12 @@ endif
 up: $(STAMP)
 	$(VENV)/bin/engram up
 
+# Two pytest-xdist workers, each with its own Postgres, Temporal and fake LLM: alone the suite
+# keeps about one of the two cores busy (it waits on servers, timers and child processes).
+# worksteal: each worker takes half the tests in order (a module's fixtures are mostly set up
+# once) and takes over the rest of the other's when it runs out.
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n 2 --dist worksteal $(PYTEST_ARGS)
 
 $(BENCH_STAMP): $(STAMP)
 	$(VENV)/bin/pip install --quiet -e '.[test,bench]'
