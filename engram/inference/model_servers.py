@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
 import httpx
-import ollama
-import openai
 from pydantic import ValidationError
 
 from engram.domain.errors import ConfigError
 from engram.settings import Settings
+
+if TYPE_CHECKING:  # the clients are imported where they are made: openai alone takes ~0.5 s, at every start
+    import ollama
+    import openai
 
 ErrorCode = Literal["unreachable", "timeout", "malformed_output", "http_error", "refused"]
 
@@ -60,6 +62,8 @@ def ollama_failure(exc: BaseException, url: str, timeout_s: float) -> ProviderEr
         return ProviderError(name, "unreachable", f"cannot connect to {url}")
     if isinstance(exc, httpx.TransportError):
         return ProviderError(name, "unreachable", f"connection to {url} failed: {type(exc).__name__}: {exc}")
+    import ollama  # loaded with the client that raised it
+
     if isinstance(exc, ollama.ResponseError):
         return ProviderError(name, "http_error", f"HTTP {exc.status_code}: {exc.error}", status=exc.status_code)
     # A 2xx body that is not JSON, or not a chat/tags response.
@@ -74,11 +78,15 @@ def ollama_client(url: str, timeout_s: float) -> ollama.AsyncClient:
     No proxy from the environment and no redirects: either could carry memory text to a host
     that the endpoint checks never saw. Temporal owns retries, so the client makes none.
     """
+    import ollama
+
     return ollama.AsyncClient(host=url, timeout=timeout_s, trust_env=False, follow_redirects=False)
 
 
 def openai_client(base_url: str, api_key: str, timeout_s: float) -> openai.AsyncOpenAI:
     """The OpenAI-compatible client every model call uses: no retries, no proxy, no redirects."""
+    import openai
+
     return openai.AsyncOpenAI(
         base_url=base_url,
         # Local servers need no key, but the client refuses to start without one.
@@ -91,6 +99,8 @@ def openai_client(base_url: str, api_key: str, timeout_s: float) -> openai.Async
 
 def openai_failure(exc: BaseException, url: str, timeout_s: float) -> ProviderError | None:
     """The `ProviderError` for an exception out of the openai client, or None if it is not one of its failures."""
+    import openai  # loaded with the client that raised it
+
     name = "openai"
     # APITimeoutError subclasses APIConnectionError, so it goes first.
     if isinstance(exc, (TimeoutError, openai.APITimeoutError)):

@@ -22,7 +22,6 @@ import time
 from collections.abc import Callable
 from typing import Literal, Protocol, TypeVar
 
-from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, ConfigDict
 
 from engram.domain.errors import ConfigError
@@ -465,6 +464,8 @@ class OpenAIProvider:
     def _content(self, completion: object) -> str:
         # The client builds response objects without validating them, and hands back plain
         # text when the body is not JSON, so nothing about the shape can be assumed.
+        from openai.types.chat import ChatCompletion  # imported with the client (model_servers)
+
         if not isinstance(completion, ChatCompletion):
             detail = f"response body is not a chat completion: {str(completion)[:80]!r}"
             raise ProviderError(self.name, "malformed_output", detail)
