@@ -32,7 +32,7 @@ class Candidate:
     similarity: float | None  # cosine of the canonical embedding to the query; None if not embedded yet
     bm25: float
     has_facts: bool = False  # a raw memory the write pipeline took facts from
-    around: tuple[UUID, ...] = ()  # the turns just before and after it in its session, if read
+    around: tuple[UUID, ...] = ()  # the turns just before and after it in its session, of the candidates
 
 
 async def dense(index: VectorIndex, query_vector: np.ndarray, scope: Scope, filters: Filters,

@@ -290,7 +290,7 @@ def _session_neighbour(column: str, before: bool) -> str:
 
 def _nothing_live_between(a: str, b: str) -> str:
     """No live memory of `a`'s scope and session lies strictly between rows `a` and `b` (by
-    created_at, id): one descent of memories_session_order_idx."""
+    created_at, id): a range of memories_session_order_idx, read up to its first live memory."""
     return f"""NOT EXISTS (SELECT 1 FROM memories x
                  WHERE x.scope_key = {a}.scope_key AND x.session_id = {a}.session_id AND NOT x.is_deleted
                    AND x.status = 'active'
@@ -303,8 +303,8 @@ def _nothing_live_between(a: str, b: str) -> str:
 # Only those lift a candidate (expansion.lifts), and a candidate can only be one if it is the
 # nearest live candidate on that side: the one whose running count of live candidates in the
 # session (`upto`) is the candidate's `before` (or `after`). One probe then checks that no live
-# memory lies between. A live pair is probed once, for the later one's `prev`; the earlier
-# one's `next` reads that answer.
+# memory lies between. A live pair is probed once, for the later one's `prev`, and the earlier
+# one's `next` reads that answer; a candidate that is not live gets a probe of its own for `next`.
 _NEIGHBOURS = f"""
     o AS (SELECT id, scope_key, session_id, created_at, live, upto, upto - live::int AS before, upto + 1 AS after
           FROM (SELECT id, scope_key, session_id, created_at, live,
@@ -317,7 +317,7 @@ _NEIGHBOURS = f"""
     a AS (SELECT o.id, n.id AS next FROM o JOIN o n
             ON n.scope_key = o.scope_key AND n.session_id = o.session_id AND n.upto = o.after AND n.live
           LEFT JOIN b ON b.id = n.id
-          WHERE CASE WHEN o.live THEN b.prev IS NOT NULL ELSE {_nothing_live_between("o", "n")} END)"""
+          WHERE CASE WHEN o.live THEN b.prev = o.id ELSE {_nothing_live_between("o", "n")} END)"""
 
 
 async def candidate_rows(
@@ -334,19 +334,15 @@ async def candidate_rows(
     guarantees scope and deletion (and `sealed_rows_in_scope` checks again for the results)."""
     where = Where.ids_in_scope(ids, scope, filters, query_vector, model)
     score = lexical_index.score_column(where.params, bm25) if bm25 is not None else "NULL::float8"
-    around = (f", {_NEIGHBOURS} SELECT c.*, b.prev, a.next FROM c LEFT JOIN b USING (id) LEFT JOIN a USING (id)"
-              if neighbours else " SELECT * FROM c")
-    rows = await conn.fetch(
-        f"""
-        WITH c AS MATERIALIZED (
-            SELECT m.id, m.created_at, m.access_count, m.has_facts,
-                   CASE WHEN m.embedding_model = $3 THEN 1 - (m.embedding <=> $2) END AS similarity, {score} AS bm25,
-                   m.scope_key, m.session_id, NOT m.is_deleted AND m.status = 'active' AS live
-            FROM memories m WHERE {where.sql()}
-        ){around}
-        """,
-        *where.params,
-    )
+    sql = f"""
+        SELECT m.id, m.created_at, m.access_count, m.has_facts,
+               CASE WHEN m.embedding_model = $3 THEN 1 - (m.embedding <=> $2) END AS similarity, {score} AS bm25,
+               m.scope_key, m.session_id, NOT m.is_deleted AND m.status = 'active' AS live
+        FROM memories m WHERE {where.sql()}"""
+    if neighbours:
+        sql = (f"WITH c AS MATERIALIZED ({sql}), {_NEIGHBOURS}"
+               " SELECT c.*, b.prev, a.next FROM c LEFT JOIN b USING (id) LEFT JOIN a USING (id)")
+    rows = await conn.fetch(sql, *where.params)
     return [CandidateRow(r["id"], r["created_at"], r["access_count"], r["similarity"], r["has_facts"],
                          tuple(x for x in (r["prev"], r["next"]) if x is not None) if neighbours else (),
                          r["bm25"])
