@@ -85,11 +85,12 @@ async def test_each_candidates_neighbours_are_the_live_memories_around_it_in_its
     """The neighbours read with the candidates' rows are the live memories just before and after
     each in its scope and session, by (created_at, id), whatever else is deleted, superseded,
     quarantined, filtered out or left out of the candidates, and whether or not the candidate
-    itself is live; of those, the ones among the rows read (only they can lift it)."""
+    itself is live; of those, the ones among the rows read (only they can lift it). The asked
+    scope (user n1) spans two scopes that share session ids: neither's turns neighbour the other's."""
     rng = random.Random(5)
-    for scope in ({"user_id": "n1"}, {"user_id": "n2"}):
-        for batch in range(3):  # one batch shares a write time: ties ordered by id
-            items = [{"content": f"turn {batch}-{i} of {scope['user_id']}", "scope": scope, "raw": True,
+    for batch in range(3):  # one batch shares a write time: ties ordered by id
+        for scope in ({"user_id": "n1"}, {"user_id": "n1", "agent_id": "a1"}, {"user_id": "n2"}):  # interleaved
+            items = [{"content": f"turn {batch}-{i} of {'/'.join(scope.values())}", "scope": scope, "raw": True,
                       "session_id": rng.choice(["s1", "s2", "s3"]), "type": rng.choice(["note", "fact"])}
                      for i in range(rng.randint(8, 20))]
             assert (await app.post("/api/memory/remember/batch", {"items": items})).status_code == 200
@@ -101,7 +102,8 @@ async def test_each_candidates_neighbours_are_the_live_memories_around_it_in_its
     table = await app.pool.fetch("SELECT id, scope_key, session_id, created_at, is_deleted, status, type"
                                  " FROM memories WHERE user_id IN ('n1', 'n2')")
     by_id = {r["id"]: r for r in table}
-    n1 = await app.pool.fetchval("SELECT scope_key FROM memories WHERE user_id = 'n1' LIMIT 1")
+    n1 = {r["scope_key"] for r in await app.pool.fetch("SELECT scope_key FROM memories WHERE user_id = 'n1'")}
+    assert len(n1) == 2
 
     def neighbour(c, before: bool):
         live = [r for r in table if (r["scope_key"], r["session_id"]) == (c["scope_key"], c["session_id"])
@@ -116,7 +118,7 @@ async def test_each_candidates_neighbours_are_the_live_memories_around_it_in_its
         async with app.pool.acquire() as conn:
             read = await memories.candidate_rows(conn, asked, Scope(user_id="n1"), filters, np.zeros(384), "none",
                                                  neighbours=True)
-        assert {r.id for r in read} == {i for i in asked if i in by_id and by_id[i]["scope_key"] == n1
+        assert {r.id for r in read} == {i for i in asked if i in by_id and by_id[i]["scope_key"] in n1
                                         and (filters.include_deleted or not by_id[i]["is_deleted"])
                                         and by_id[i]["status"] != "quarantined"
                                         and (filters.type is None or by_id[i]["type"] == filters.type)}
