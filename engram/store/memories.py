@@ -276,14 +276,18 @@ class CandidateRow:
     bm25: float | None = None  # its exact BM25, if asked for and it holds a query term
 
 
+def _live(alias: str) -> str:
+    """What a session neighbour must be: not deleted, and active (not quarantined, pending or superseded)."""
+    return f"NOT {alias}.is_deleted AND {alias}.status = 'active'"
+
+
 def _session_neighbour(column: str, before: bool) -> str:
     """A correlated subquery over `memories m`: `column` of the live memory written just before
     (or after) m in m's scope and session. Never another scope, never a deleted, quarantined or
     pending memory."""
     cmp, order = ("<", "DESC") if before else (">", "ASC")
     return f"""(SELECT p.{column} FROM memories p
-             WHERE p.scope_key = m.scope_key AND p.session_id = m.session_id AND NOT p.is_deleted
-               AND p.status = 'active'
+             WHERE p.scope_key = m.scope_key AND p.session_id = m.session_id AND {_live("p")}
                AND (p.created_at, p.id) {cmp} (m.created_at, m.id)
              ORDER BY p.created_at {order}, p.id {order} LIMIT 1)"""
 
@@ -292,8 +296,7 @@ def _nothing_live_between(a: str, b: str) -> str:
     """No live memory of `a`'s scope and session lies strictly between rows `a` and `b` (by
     created_at, id): a range of memories_session_order_idx, read up to its first live memory."""
     return f"""NOT EXISTS (SELECT 1 FROM memories x
-                 WHERE x.scope_key = {a}.scope_key AND x.session_id = {a}.session_id AND NOT x.is_deleted
-                   AND x.status = 'active'
+                 WHERE x.scope_key = {a}.scope_key AND x.session_id = {a}.session_id AND {_live("x")}
                    AND (x.created_at, x.id) > ({a}.created_at, {a}.id)
                    AND (x.created_at, x.id) < ({b}.created_at, {b}.id))"""
 
@@ -334,10 +337,11 @@ async def candidate_rows(
     guarantees scope and deletion (and `sealed_rows_in_scope` checks again for the results)."""
     where = Where.ids_in_scope(ids, scope, filters, query_vector, model)
     score = lexical_index.score_column(where.params, bm25) if bm25 is not None else "NULL::float8"
+    placing = f", m.scope_key, m.session_id, {_live('m')} AS live" if neighbours else ""  # what _NEIGHBOURS reads
     sql = f"""
         SELECT m.id, m.created_at, m.access_count, m.has_facts,
-               CASE WHEN m.embedding_model = $3 THEN 1 - (m.embedding <=> $2) END AS similarity, {score} AS bm25,
-               m.scope_key, m.session_id, NOT m.is_deleted AND m.status = 'active' AS live
+               CASE WHEN m.embedding_model = $3 THEN 1 - (m.embedding <=> $2) END AS similarity,
+               {score} AS bm25{placing}
         FROM memories m WHERE {where.sql()}"""
     if neighbours:
         sql = (f"WITH c AS MATERIALIZED ({sql}), {_NEIGHBOURS}"
