@@ -135,6 +135,18 @@ async def test_local_provider_is_the_default_and_opens_the_onnx_model():
     assert isinstance(embedder, Embedder) and embedder.name == "bge-small-en-v1.5" and embedder.dim == 384
 
 
+async def test_a_documents_vector_does_not_depend_on_what_it_is_embedded_with(embedder):
+    """The int8 model scales a run's activations by the largest of them, so texts run beside
+    each other would change each other's vectors: a memory remembered in a bulk import must
+    get the vector it gets alone, and one that is the same on every re-embedding."""
+    texts = ["Erin keeps bees on her rooftop", "ok", " ".join(["the hive swarmed in May"] * 12), "bees"]
+    together = await embedder.embed(texts)
+    alone = [embedder.embed_sync([text], parallel=False)[0] for text in texts]
+    assert np.array_equal(together, np.stack(alone))
+    assert np.array_equal(await embedder.embed(texts[::-1]), together[::-1])
+    assert np.allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-6)
+
+
 @pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="per-thread nice and SCHED_IDLE are Linux features")
 async def test_documents_embed_on_threads_nicer_than_the_caller_and_queries_in_the_callers_thread(monkeypatch):
     """A backlog's embedding yields the CPU to searches: its pool threads run EMBEDDING_NICE
