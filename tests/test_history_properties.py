@@ -568,8 +568,8 @@ _JSONISH = st.recursive(
 @given(_JSONISH, _JSONISH)
 @settings(max_examples=500, deadline=None)
 def test_a_state_field_compares_equal_exactly_when_its_canonical_encodings_do(row_value, recorded):
-    """chain._same_field's shortcut for strings, bools, None and string lists says what comparing
-    the canonical encodings would: True and 1, "1" and 1, [] and None stay apart."""
+    """chain._same_field's shortcut (values identical all the way down) says what comparing the
+    canonical encodings would: True and 1, "1" and 1, [] and None stay apart; 1.0 and 1 match."""
     for name in ("content", "tags", "metadata", "pinned"):
         encoded = chain.encode({"state": {name: row_value}}) == chain.encode({"state": {name: recorded}})
         assert chain._same_field(name, row_value, recorded) == encoded

@@ -99,17 +99,20 @@ def _same_field(name: str, row_value: Any, recorded: Any) -> bool:
     if name == "importance" and isinstance(row_value, (int, float)) and isinstance(recorded, (int, float)):
         # An event may record the importance as sent (0.1234565): the row holds its float32.
         return real(row_value) == real(recorded)
-    if _plain_json(row_value) and _plain_json(recorded):
-        return type(row_value) is type(recorded) and row_value == recorded  # what encoding both would say
-    return encode({"state": {name: row_value}}) == encode({"state": {name: recorded}})
+    # Every verified read judges seven fields of each row: most are identical, and only the
+    # rest are worth encoding (an integral float in one and an int in the other still match).
+    return _identical(row_value, recorded) or encode({"state": {name: row_value}}) == encode({"state": {name: recorded}})
 
 
-def _plain_json(value: Any) -> bool:
-    """A value whose canonical encoding equals another's exactly when the two are equal and of
-    one type: a string, a bool, None, or a list of strings (every verified read judges seven
-    fields of each row, and content and tags are most of them)."""
-    return (value is None or type(value) in (str, bool)
-            or (type(value) is list and all(type(v) is str for v in value)))
+def _identical(a: Any, b: Any) -> bool:
+    """Equal and of one type all the way down, so their canonical encodings are equal too."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is dict:
+        return a.keys() == b.keys() and all(_identical(value, b[key]) for key, value in a.items())
+    if type(a) is list:
+        return len(a) == len(b) and all(map(_identical, a, b))
+    return a == b
 
 
 def newest_mismatch(row: Any, newest: Any) -> str | None:
