@@ -8,7 +8,8 @@ costs on LoCoMo dev, with the service's default model and threads, in this proce
   categories 1-4 embedded as the service embeds a query), R@10 / nDCG@10 of the evidence;
 - how far the two modes' vectors are apart (cosine between a turn's two vectors);
 - cost: CPU ms per text and texts a second, embedding on the pool's 2 threads as an import
-  does, for the LoCoMo turns and for texts of 4 turns joined; the modes interleaved, twice.
+  does, for the LoCoMo turns and for texts of 4 turns joined; the modes interleaved, in
+  `--rounds` rounds (default 3).
 
 "Runs of 16" is what Embedder.embed_sync did before: texts sorted by token count, 16 per run,
 padded to the longest, mean or CLS pooling over the real tokens.
@@ -65,6 +66,8 @@ MODES = {"one text per run (now)": lambda e, texts: e.embed_sync(texts), f"runs 
 
 
 def dense_quality(conversations, vectors: np.ndarray, questions: dict[tuple[str, int], np.ndarray]) -> dict:
+    """Mean R@5 / R@10 / nDCG@10 / Hit@10 when each question ranks its conversation's turns
+    (`vectors`, in turn order) by cosine alone."""
     rows, first = [], 0
     for conv in conversations:
         ids = [t.dia_id for t in conv.turns]
@@ -93,19 +96,19 @@ def main() -> None:
                  for conv in conversations for q in conv.questions if q.category in CATEGORIES}
     vectors = {mode: fn(embedder, turns) for mode, fn in MODES.items()}
     quality = {mode: dense_quality(conversations, v, questions) for mode, v in vectors.items()}
-    alone, runs = vectors.values()
+    alone, runs = (vectors[mode] for mode in MODES)  # the order MODES names them in
     cosine = (alone * runs).sum(axis=1)
 
     cost: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for turn in range(args.rounds):
+    for round_ in range(args.rounds):
         for corpus, texts in (("LoCoMo turns", turns), ("4 turns joined", joined)):
-            modes = list(MODES.items()) if turn % 2 == 0 else list(MODES.items())[::-1]
+            modes = list(MODES.items()) if round_ % 2 == 0 else list(MODES.items())[::-1]
             for mode, fn in modes:
                 cpu, wall = time.process_time(), time.perf_counter()
                 fn(embedder, texts)
                 cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
                 cost.setdefault((corpus, mode), []).append((cpu / len(texts) * 1e3, len(texts) / wall))
-                print(f"  {turn} {corpus} {mode}: {len(texts) / wall:.0f} texts/s", flush=True)
+                print(f"  {round_} {corpus} {mode}: {len(texts) / wall:.0f} texts/s", flush=True)
 
     tokens = {corpus: np.mean([embedder.count_tokens(t) for t in texts])
               for corpus, texts in (("LoCoMo turns", turns), ("4 turns joined", joined))}

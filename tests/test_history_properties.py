@@ -559,18 +559,37 @@ async def test_a_patch_to_an_importance_a_real_tells_apart_is_applied(app):
     assert (changed.json()["version"], _float32(changed.json()["importance"])) == (2, _float32(0.5000001))
 
 
+_KEYS = st.text(max_size=2) | st.integers(0, 2) | st.booleans() | st.sampled_from([0.0, -0.0, 1.0])
 _JSONISH = st.recursive(
-    st.none() | st.booleans() | st.integers(-3, 3) | st.floats(-2, 2, allow_nan=False) | st.text(max_size=3),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=2),
+    st.none() | st.booleans() | st.integers(-3, 3) | st.floats(-2, 2) | st.text(max_size=3)
+    | st.sampled_from([0.0, -0.0, 1.0, float("nan"), float("inf")]),
+    lambda inner: st.lists(inner, max_size=3) | st.lists(inner, max_size=3).map(tuple)
+    | st.dictionaries(_KEYS, inner, max_size=2),
     max_leaves=6)
 
 
-@given(_JSONISH, _JSONISH)
+_FAMILIES = ((0, 0.0, -0.0, False), (1, 1.0, True), (2, 2.0))  # equal in Python, of different types
+
+
+def _retyped(value, rng):
+    """`value` with parts swapped for equal ones of other types (1, 1.0 and True; a list and a
+    tuple), in values and dict keys alike."""
+    if isinstance(value, dict):
+        return {_retyped(key, rng): _retyped(item, rng) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return rng.choice((list, tuple))([_retyped(item, rng) for item in value])
+    family = next((f for f in _FAMILIES if not isinstance(value, str) and value in f), (value,))
+    return rng.choice(family)
+
+
+@given(_JSONISH, _JSONISH, st.randoms(use_true_random=False))
 @settings(max_examples=500, deadline=None)
-def test_a_state_field_compares_equal_exactly_when_its_canonical_encodings_do(row_value, recorded):
+def test_a_state_field_compares_equal_exactly_when_its_canonical_encodings_do(row_value, other, rng):
     """chain._same_field's shortcut (values identical all the way down) says what comparing the
-    canonical encodings would: True and 1, "1" and 1, [] and None stay apart; 1.0 and 1 match."""
-    for name in ("content", "tags", "metadata", "pinned"):
-        encoded = chain.encode({"state": {name: row_value}}) == chain.encode({"state": {name: recorded}})
-        assert chain._same_field(name, row_value, recorded) == encoded
-        assert chain._same_field(name, row_value, row_value)
+    canonical encodings would: True and 1, "1" and 1, [] and None stay apart; 1.0 and 1 match;
+    so do {1: x} and {"1": x}, but not {1: x} and {1.0: x}, though Python finds those equal."""
+    for recorded in (other, _retyped(row_value, rng)):
+        for name in ("content", "tags", "metadata", "pinned"):
+            encoded = chain.encode({"state": {name: row_value}}) == chain.encode({"state": {name: recorded}})
+            assert chain._same_field(name, row_value, recorded) == encoded
+            assert chain._same_field(name, row_value, row_value)

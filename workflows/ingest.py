@@ -1,6 +1,7 @@
 """IngestWorkflow: a batch of saved memories (up to the dispatcher's batch size) through the
-pipeline: embed them (one batched model run), write their index points (in the process that
-owns the index), then extract each (or skip it, or park it while every provider is down).
+pipeline: embed them (one model run per text, on the embedder's pool), write their index
+points (in the process that owns the index), then extract each (or skip it, or park it while
+every provider is down).
 
 One workflow per batch, not per memory: orchestration cost is paid once for the batch. Every
 step is idempotent and moves only the jobs still pending, so a retried step or a rerun batch

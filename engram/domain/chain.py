@@ -101,18 +101,25 @@ def _same_field(name: str, row_value: Any, recorded: Any) -> bool:
         return real(row_value) == real(recorded)
     # Every verified read judges seven fields of each row: most are identical, and only the
     # rest are worth encoding (an integral float in one and an int in the other still match).
-    return _identical(row_value, recorded) or encode({"state": {name: row_value}}) == encode({"state": {name: recorded}})
+    if _identical(row_value, recorded):
+        return True
+    return encode({"state": {name: row_value}}) == encode({"state": {name: recorded}})
+
+
+_SCALARS = (str, int, float, bool, type(None))
 
 
 def _identical(a: Any, b: Any) -> bool:
-    """Equal and of one type all the way down, so their canonical encodings are equal too."""
+    """Equal and of one type all the way down, with string keys only (what jsonb gives back),
+    so their canonical encodings are equal too; False says nothing either way."""
     if type(a) is not type(b):
         return False
     if type(a) is dict:
-        return a.keys() == b.keys() and all(_identical(value, b[key]) for key, value in a.items())
-    if type(a) is list:
+        return (a.keys() == b.keys() and all(type(key) is str for key in a)
+                and all(_identical(value, b[key]) for key, value in a.items()))
+    if type(a) in (list, tuple):
         return len(a) == len(b) and all(map(_identical, a, b))
-    return a == b
+    return type(a) in _SCALARS and a == b
 
 
 def newest_mismatch(row: Any, newest: Any) -> str | None:

