@@ -38,7 +38,7 @@ from engram.store import embeddings
 from tests.conftest import closed_port_url, new_database
 from tests.fakes.llm_server import FakeReply
 from workflows.control import ControlWorkflow
-from workflows.drain import ExtractionDrainWorkflow
+from workflows.drain import ExtractionDrainWorkflow, drain_workflow_id
 from workflows.forget import BatchForgetWorkflow
 from workflows.ingest import IngestWorkflow
 from workflows.models import DrainInput, IngestInput, RememberInput
@@ -206,6 +206,37 @@ async def test_the_drain_probes_on_a_backoff_then_drains_every_parked_job_once(p
         assert len(timers) >= 3 and all(want - 100 < t <= want for t, want in zip(timers, [250, 500, 1000]))
         await drain.terminate("test over")
         record_history(history, "drain_recovered")
+
+
+async def test_a_worker_started_with_other_drain_settings_hands_them_to_the_running_drain(make_app):
+    """The drain continues-as-new with its own input, so without the worker's `configure` a
+    changed ENGRAM_DRAIN_* setting would never reach it, however often the service restarts."""
+    queue = f"tq-{uuid.uuid4().hex[:8]}"
+
+    async def configuration(app, wanted):
+        handle = app.runtime.client.get_workflow_handle(drain_workflow_id(queue))
+        for _ in range(100):
+            with contextlib.suppress(Exception):  # not started yet, or no worker to answer yet
+                if wanted(found := await handle.query(ExtractionDrainWorkflow.configuration)):
+                    return handle, found
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"the drain's settings never became what was wanted: {found}")
+
+    async with make_app(temporal_task_queue=queue, drain_batch_size=5) as app:
+        handle, first = await configuration(app, lambda c: c is not None)
+        assert (first.batch_size, first.rate_per_s) == (5, 1000)
+        settings, run_id = app.runtime.settings, (await handle.describe()).run_id
+    async with make_app(postgres_dsn=settings.postgres_dsn, data_dir=settings.data_dir, temporal_task_queue=queue,
+                        drain_batch_size=7, drain_rate_per_s=3) as app:
+        handle, now = await configuration(app, lambda c: c.batch_size == 7)
+        assert now.rate_per_s == 3 and now.idle_s == first.idle_s
+        assert (await handle.describe()).run_id == run_id  # the same run, not a new one beside it
+        signals = [e for e in (await handle.fetch_history()).events
+                   if e.HasField("workflow_execution_signaled_event_attributes")]
+        assert len(signals) == 2  # one per worker process, not one per dispatcher pass
+        history = await handle.fetch_history()
+        await handle.terminate("test over")
+    record_history(history, "drain_reconfigured")
 
 
 def record_history(history: WorkflowHistory, name: str) -> None:

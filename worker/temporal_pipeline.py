@@ -21,7 +21,7 @@ from engram.settings import Settings
 from engram.store import jobs
 from worker.temporal_approval import approval_input
 from workflows.approval import ApprovalWorkflow
-from workflows.drain import ExtractionDrainWorkflow, drain_workflow_id
+from workflows.drain import CONFIGURE, ExtractionDrainWorkflow, drain_workflow_id
 from workflows.ingest import IngestWorkflow
 from workflows.models import DrainInput, IngestInput, ReembedInput, ReviewInput
 from workflows.reembed import ReembedWorkflow
@@ -41,6 +41,7 @@ class TemporalPipeline:
         self._client = client
         self._pool = pool
         self._settings = settings
+        self._drain_configured = False  # whether the drain has this process's settings
 
     async def start_batch(self, workflow_id: str, job_ids: list[UUID]) -> bool:
         """Start the IngestWorkflow of a formed batch (again, harmlessly, if it already runs).
@@ -76,23 +77,33 @@ class TemporalPipeline:
         return True
 
     async def ensure_drain(self) -> bool:
-        """Start the drain workflow unless it runs. False if Temporal did not answer."""
+        """Start the drain workflow unless it runs; the first time this process succeeds, also
+        hand a running one this process's settings (ExtractionDrainWorkflow.configure). False if
+        Temporal did not answer."""
         s = self._settings
         arg = DrainInput(batch_size=s.drain_batch_size, rate_per_s=s.drain_rate_per_s,
                          probe_initial_s=s.provider_probe_initial_s, probe_max_s=s.provider_probe_max_s,
                          idle_s=s.drain_idle_s, extract_timeout_s=job_llm_s(s),
                          extract_concurrency=s.extraction_concurrency, heartbeat_timeout_s=s.drain_heartbeat_timeout_s)
-        return await self._start(ExtractionDrainWorkflow.run, arg, drain_workflow_id(s.temporal_task_queue),
-                                 reuse=WorkflowIDReusePolicy.ALLOW_DUPLICATE)
+        signal = None if self._drain_configured else CONFIGURE
+        started = await self._start(ExtractionDrainWorkflow.run, arg, drain_workflow_id(s.temporal_task_queue),
+                                    reuse=WorkflowIDReusePolicy.ALLOW_DUPLICATE, signal=signal)
+        self._drain_configured |= started
+        return started
 
     async def _start(self, run, arg, workflow_id: str,
-                     reuse: WorkflowIDReusePolicy = WorkflowIDReusePolicy.REJECT_DUPLICATE) -> bool:
+                     reuse: WorkflowIDReusePolicy = WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                     signal: str | None = None) -> bool:
+        """Start `run(arg)` as `workflow_id` unless it runs; with `signal` (a signal's name),
+        signal-with-start: the run, new or running, also gets that signal with `arg`."""
+        with_signal = {"start_signal": signal, "start_signal_args": [arg]} if signal is not None else {}
         try:
             # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow the dispatcher's cancel.
             async with asyncio.timeout(_START_WAIT_S):
                 await self._client.start_workflow(
                     run, arg, id=workflow_id, task_queue=self._settings.temporal_task_queue,
                     id_reuse_policy=reuse, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                    **with_signal,
                 )
         except WorkflowAlreadyStartedError:
             pass

@@ -7,6 +7,10 @@ probe_max_s): one timer for the whole outage, however many extractions wait. Whi
 provider is up and parked jobs are due, it takes them `batch_size` at a time, at most
 `rate_per_s` jobs a second, so a drain after a long outage leaves search its CPU. Otherwise it
 looks again every `idle_s`. It continues-as-new every `iterations_per_run` passes.
+
+A run keeps its input across continue-as-new, so a worker started with other ENGRAM_DRAIN_*
+settings would never reach it: each worker process sends its settings once, with the start
+(`configure`, a signal-with-start), and they apply from the next pass.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ _LOOK = dict(start_to_close_timeout=timedelta(seconds=30),
              retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)))
 
 
+CONFIGURE = "configure"  # the signal that hands a running drain a worker's settings
+
+
 def drain_workflow_id(task_queue: str) -> str:
     return f"extraction-drain-{task_queue}"
 
@@ -33,12 +40,18 @@ def drain_workflow_id(task_queue: str) -> str:
 class ExtractionDrainWorkflow:
     def __init__(self) -> None:
         self._state = DrainState(state="starting", down=[], drained=0, next_probe_in_s=None)
+        self._inp: DrainInput | None = None
+        self._configured: DrainInput | None = None  # settings a worker sent, not applied yet
 
     @workflow.run
     async def run(self, inp: DrainInput) -> None:
+        self._inp = inp
         probe_delay = inp.probe_initial_s
         next_probe = workflow.now()
         for _ in range(inp.iterations_per_run):
+            if self._configured is not None:
+                inp, self._inp, self._configured = self._configured, self._configured, None
+                probe_delay = min(probe_delay, inp.probe_max_s)
             states = await workflow.execute_local_activity_method(IngestActivities.states, **_LOOK)
             self._state.down = states.down
             if states.down and workflow.now() >= next_probe:
@@ -70,7 +83,7 @@ class ExtractionDrainWorkflow:
             pace = timedelta(seconds=settled.taken / inp.rate_per_s) - (workflow.now() - started)
             if pace > timedelta(0):
                 await workflow.sleep(pace)
-        workflow.continue_as_new(inp)
+        workflow.continue_as_new(self._configured or inp)
 
     def _wait(self, inp: DrainInput, next_probe) -> timedelta:
         wait = timedelta(seconds=inp.idle_s)
@@ -79,6 +92,16 @@ class ExtractionDrainWorkflow:
         self._state.next_probe_in_s = (next_probe - workflow.now()).total_seconds() if next_probe else None
         return wait
 
+    @workflow.signal(name=CONFIGURE)
+    def configure(self, inp: DrainInput) -> None:
+        """A worker's settings, applied from the next pass and kept by the runs this one continues as."""
+        self._configured = inp
+
     @workflow.query
     def state(self) -> DrainState:
         return self._state
+
+    @workflow.query
+    def configuration(self) -> DrainInput | None:
+        """The settings this run works with (None before it has begun)."""
+        return self._inp
