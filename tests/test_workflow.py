@@ -11,11 +11,13 @@ import asyncio
 import contextlib
 import sys
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client, WorkflowHistory, WorkflowQueryFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
@@ -208,35 +210,62 @@ async def test_the_drain_probes_on_a_backoff_then_drains_every_parked_job_once(p
         record_history(history, "drain_recovered")
 
 
-async def test_a_worker_started_with_other_drain_settings_hands_them_to_the_running_drain(make_app):
+async def _drain_configuration(client: Client, workflow_id: str, wanted) -> tuple:
+    """(handle, the drain's settings) once they satisfy `wanted`, asked 100 times, 0.1 s apart."""
+    handle = client.get_workflow_handle(workflow_id)
+    found, error = None, None
+    for _ in range(100):
+        try:
+            found = await handle.query(ExtractionDrainWorkflow.configuration, rpc_timeout=timedelta(seconds=2))
+            if wanted(found):
+                return handle, found
+        except (RPCError, WorkflowQueryFailedError) as err:  # not started yet, or no worker to answer yet
+            error = err
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the drain's settings never became what was wanted: {found} (last error {error!r})")
+
+
+async def test_a_worker_started_with_other_drain_settings_hands_them_to_the_running_drain(make_app, monkeypatch):
     """The drain continues-as-new with its own input, so without the worker's `configure` a
     changed ENGRAM_DRAIN_* setting would never reach it, however often the service restarts."""
+    import worker.outbox
+
+    monkeypatch.setattr(worker.outbox, "_DRAIN_CHECK_S", 0.0)  # ensure_drain on every dispatcher pass
     queue = f"tq-{uuid.uuid4().hex[:8]}"
-
-    async def configuration(app, wanted):
-        handle = app.runtime.client.get_workflow_handle(drain_workflow_id(queue))
-        for _ in range(100):
-            with contextlib.suppress(Exception):  # not started yet, or no worker to answer yet
-                if wanted(found := await handle.query(ExtractionDrainWorkflow.configuration)):
-                    return handle, found
-            await asyncio.sleep(0.1)
-        raise AssertionError(f"the drain's settings never became what was wanted: {found}")
-
     async with make_app(temporal_task_queue=queue, drain_batch_size=5) as app:
-        handle, first = await configuration(app, lambda c: c is not None)
+        handle, first = await _drain_configuration(app.runtime.client, drain_workflow_id(queue),
+                                                   lambda c: c is not None)
         assert (first.batch_size, first.rate_per_s) == (5, 1000)
         settings, run_id = app.runtime.settings, (await handle.describe()).run_id
     async with make_app(postgres_dsn=settings.postgres_dsn, data_dir=settings.data_dir, temporal_task_queue=queue,
                         drain_batch_size=7, drain_rate_per_s=3) as app:
-        handle, now = await configuration(app, lambda c: c.batch_size == 7)
+        handle, now = await _drain_configuration(app.runtime.client, drain_workflow_id(queue),
+                                                 lambda c: c.batch_size == 7)
         assert now.rate_per_s == 3 and now.idle_s == first.idle_s
         assert (await handle.describe()).run_id == run_id  # the same run, not a new one beside it
-        signals = [e for e in (await handle.fetch_history()).events
-                   if e.HasField("workflow_execution_signaled_event_attributes")]
-        assert len(signals) == 2  # one per worker process, not one per dispatcher pass
+        await asyncio.sleep(1.0)  # several more dispatcher passes (every 0.2 s), each calling ensure_drain
         history = await handle.fetch_history()
+        signals = [e for e in history.events if e.HasField("workflow_execution_signaled_event_attributes")]
+        assert len(signals) == 2  # one per worker process, not one per pass
         await handle.terminate("test over")
     record_history(history, "drain_reconfigured")
+
+
+async def test_settings_a_drain_is_handed_in_its_last_pass_carry_into_the_run_it_continues_as(
+        postgres, temporal, embedder, fake_llm, tmp_path):
+    async with _batch_pipeline(postgres, temporal, embedder, tmp_path, fake_llm.url, memories=0) as (
+            client, queue, pool, job_ids):
+        one_pass = _drain_input().model_copy(update={"idle_s": 1.5, "iterations_per_run": 1})
+        drain = await client.start_workflow(ExtractionDrainWorkflow.run, one_pass, id=f"drain-{queue}",
+                                            task_queue=queue)
+        for _ in range(100):  # until its only pass sleeps: a signal now comes after the pass began
+            if (await drain.query(ExtractionDrainWorkflow.state)).state == "idle":
+                break
+            await asyncio.sleep(0.05)
+        await drain.signal(ExtractionDrainWorkflow.configure, one_pass.model_copy(update={"batch_size": 9}))
+        later, now = await _drain_configuration(client, f"drain-{queue}", lambda c: c.batch_size == 9)
+        assert (await later.describe()).run_id != drain.first_execution_run_id
+        await later.terminate("test over")
 
 
 def record_history(history: WorkflowHistory, name: str) -> None:

@@ -9,8 +9,9 @@ provider is up and parked jobs are due, it takes them `batch_size` at a time, at
 looks again every `idle_s`. It continues-as-new every `iterations_per_run` passes.
 
 A run keeps its input across continue-as-new, so a worker started with other ENGRAM_DRAIN_*
-settings would never reach it: each worker process sends its settings once, with the start
-(`configure`, a signal-with-start), and they apply from the next pass.
+or ENGRAM_PROVIDER_PROBE_* settings would never reach it: each worker process sends its
+settings once, with the start (`configure`, a signal-with-start), and they apply from the next
+pass. The last worker started wins, so the workers of one queue should share these settings.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ _LOOK = dict(start_to_close_timeout=timedelta(seconds=30),
 
 
 CONFIGURE = "configure"  # the signal that hands a running drain a worker's settings
+CONFIGURE_PATCH = "drain-configure"
 
 
 def drain_workflow_id(task_queue: str) -> str:
@@ -49,9 +51,12 @@ class ExtractionDrainWorkflow:
         probe_delay = inp.probe_initial_s
         next_probe = workflow.now()
         for _ in range(inp.iterations_per_run):
-            if self._configured is not None:
+            # Gated: a run in which a worker from before this signal existed received (and
+            # dropped) one must replay as it ran.
+            if self._configured is not None and workflow.patched(CONFIGURE_PATCH):
                 inp, self._inp, self._configured = self._configured, self._configured, None
                 probe_delay = min(probe_delay, inp.probe_max_s)
+                next_probe = min(next_probe, workflow.now() + timedelta(seconds=inp.probe_max_s))
             states = await workflow.execute_local_activity_method(IngestActivities.states, **_LOOK)
             self._state.down = states.down
             if states.down and workflow.now() >= next_probe:
@@ -83,7 +88,8 @@ class ExtractionDrainWorkflow:
             pace = timedelta(seconds=settled.taken / inp.rate_per_s) - (workflow.now() - started)
             if pace > timedelta(0):
                 await workflow.sleep(pace)
-        workflow.continue_as_new(self._configured or inp)
+        configured = self._configured is not None and workflow.patched(CONFIGURE_PATCH)
+        workflow.continue_as_new(self._configured if configured else inp)
 
     def _wait(self, inp: DrainInput, next_probe) -> timedelta:
         wait = timedelta(seconds=inp.idle_s)
