@@ -1,18 +1,21 @@
 """Documents embedded one per model run against in runs of 16: quality and cost (no service).
 
-The int8 embedding model quantizes a run's activations with one scale, set by the largest of
-them, so a text run beside others gets a vector that depends on them. This measures what that
-costs on LoCoMo dev, with the service's default model and threads, in this process:
+bge-small-en-v1.5's int8 file quantizes a run's activations with one scale and zero point, so a
+text run beside others gets a vector that depends on them. This measures what that does on
+LoCoMo dev, with the service's default model and threads, in this process:
 
 - quality: the dense leg alone (cosine over the conversation's turns, every question of
-  categories 1-4 embedded as the service embeds a query), R@10 / nDCG@10 of the evidence;
-- how far the two modes' vectors are apart (cosine between a turn's two vectors);
+  categories 1-4 embedded as the service embeds a query), R@10 / nDCG@10 of the evidence,
+  with each turn embedded alone and in runs of 16 under several compositions: the turns
+  handed to the embedder in one call, per conversation, or in calls of 64 or 200 consecutive
+  turns (in turn order or shuffled), as the ingest pipeline's batches might hand them;
+- how far a turn's vectors are apart, alone and in runs of 16 (one call);
 - cost: CPU ms per text and texts a second, embedding on the pool's 2 threads as an import
   does, for the LoCoMo turns and for texts of 4 turns joined; the modes interleaved, in
   `--rounds` rounds (default 3).
 
-"Runs of 16" is what Embedder.embed_sync did before: texts sorted by token count, 16 per run,
-padded to the longest, mean or CLS pooling over the real tokens.
+"Runs of 16" is what Embedder.embed_sync did before: each call's texts sorted by token count,
+16 per run, padded to the longest, mean or CLS pooling over the real tokens.
 
     .venv/bin/python -m bench.embedding_runs     # -> bench/reports/embedding-runs.md
 """
@@ -34,7 +37,7 @@ CATEGORIES = {1, 2, 3, 4}
 
 
 def in_runs(embedder: Embedder, texts: list[str]) -> np.ndarray:
-    """The old embed_sync: runs of RUN texts of similar length, on the embedder's pool."""
+    """The old embed_sync, one call: runs of RUN texts of similar length, on the embedder's pool."""
     encodings = embedder._tokenizer.encode_batch(texts)
     order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
     runs = [order[start:start + RUN] for start in range(0, len(order), RUN)]
@@ -62,7 +65,35 @@ def in_runs(embedder: Embedder, texts: list[str]) -> np.ndarray:
     return out
 
 
-MODES = {"one text per run (now)": lambda e, texts: e.embed_sync(texts), f"runs of {RUN} (before)": in_runs}
+ALONE, IN_RUNS = "one text per run (now)", f"runs of {RUN} (before)"
+MODES = {ALONE: lambda e, texts: e.embed_sync(texts), IN_RUNS: in_runs}
+
+
+def compositions(embedder: Embedder, conversations) -> dict[str, np.ndarray]:
+    """Every turn's vector (in turn order) alone and in runs of RUN under several ways of
+    handing the turns to the embedder."""
+    turns = [t.text for conv in conversations for t in conv.turns]
+
+    def in_calls(order: list[int], size: int) -> np.ndarray:
+        out = np.empty((len(turns), embedder.dim), dtype=np.float32)
+        for first in range(0, len(order), size):
+            rows = order[first:first + size]
+            out[rows] = in_runs(embedder, [turns[i] for i in rows])
+        return out
+
+    per_conversation, first = np.empty((len(turns), embedder.dim), dtype=np.float32), 0
+    for conv in conversations:
+        per_conversation[first:first + len(conv.turns)] = in_runs(embedder, [t.text for t in conv.turns])
+        first += len(conv.turns)
+    in_order = list(range(len(turns)))
+    out = {ALONE: embedder.embed_sync(turns), f"{IN_RUNS}, one call": in_runs(embedder, turns),
+           f"{IN_RUNS}, a call per conversation": per_conversation,
+           f"{IN_RUNS}, calls of 64 turns in turn order": in_calls(in_order, 64),
+           f"{IN_RUNS}, calls of 200 turns in turn order": in_calls(in_order, 200)}
+    for seed in (1, 2, 3):
+        shuffled = random.Random(seed).sample(in_order, len(in_order))
+        out[f"{IN_RUNS}, calls of 64 shuffled turns (seed {seed})"] = in_calls(shuffled, 64)
+    return out
 
 
 def dense_quality(conversations, vectors: np.ndarray, questions: dict[tuple[str, int], np.ndarray]) -> dict:
@@ -94,10 +125,10 @@ def main() -> None:
     questions = {(q.sample_id, q.index): embedder.embed_sync([embedder.files.query_prefix + q.question],
                                                              parallel=False)[0]
                  for conv in conversations for q in conv.questions if q.category in CATEGORIES}
-    vectors = {mode: fn(embedder, turns) for mode, fn in MODES.items()}
+    vectors = compositions(embedder, conversations)
     quality = {mode: dense_quality(conversations, v, questions) for mode, v in vectors.items()}
-    alone, runs = (vectors[mode] for mode in MODES)  # the order MODES names them in
-    cosine = (alone * runs).sum(axis=1)
+    batched = [q["R@10"] for mode, q in quality.items() if mode != ALONE]
+    cosine = (vectors[ALONE] * vectors[f"{IN_RUNS}, one call"]).sum(axis=1)
 
     cost: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for round_ in range(args.rounds):
@@ -122,8 +153,11 @@ def main() -> None:
                         [[mode, *(f"{q[m]:.4f}" for m in ("R@5", "R@10", "nDCG@10", "Hit@10"))]
                          for mode, q in quality.items()]),
         "",
-        f"A turn's two vectors: cosine mean {cosine.mean():.5f}, 5th percentile {np.percentile(cosine, 5):.5f}, "
-        f"min {cosine.min():.5f}. Queries are embedded alone in both modes.",
+        f"In runs of {RUN}, R@10 ranged {min(batched):.4f}-{max(batched):.4f} (mean {np.mean(batched):.4f}) with how "
+        "the turns were handed over; "
+        f"alone it is {quality[ALONE]['R@10']:.4f} whatever the order. A turn's vectors alone and in runs of {RUN} "
+        f"(one call): cosine mean {cosine.mean():.5f}, 5th percentile {np.percentile(cosine, 5):.5f}, "
+        f"min {cosine.min():.5f}. Queries are embedded alone throughout.",
         "",
         "## Cost, on the embedder's 2 pool threads",
         "",

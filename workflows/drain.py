@@ -31,7 +31,7 @@ _LOOK = dict(start_to_close_timeout=timedelta(seconds=30),
 
 
 CONFIGURE = "configure"  # the signal that hands a running drain a worker's settings
-CONFIGURE_PATCH = "drain-configure"
+CONFIGURE_PATCH = "drain-configure"  # workflow.patched id of applying it: older histories replay without
 
 
 def drain_workflow_id(task_queue: str) -> str:

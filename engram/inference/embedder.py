@@ -143,12 +143,13 @@ class Embedder:
         One text per model run. bge-small-en-v1.5's file quantizes activations per run (one
         scale and zero point for the whole tensor, from its min and max), so a text run beside
         others got a vector that depended on them (MiniLM's quantizes only its weights). Alone,
-        a text always gets the same vector, whatever it was remembered with, and a better one:
-        on LoCoMo dev the dense leg alone finds the evidence with R@10 .625 against .608 for
-        runs of 16 (bench/reports/embedding-runs.md). It costs about the same: a few percent
-        more CPU per text for short texts, a quarter less for texts of ~180 tokens, as no
-        padding is computed. With `parallel` the texts run on the shared pool; without, in the
-        calling thread.
+        a text always gets the same vector, whatever it was remembered with. On LoCoMo dev the
+        dense leg alone then finds the evidence with R@10 .625; in runs of 16 it was .608-.629
+        (mean .618) with how the turns were handed over (bench/reports/embedding-runs.md), which
+        made the service's own R@10 move from run to run. It costs more CPU for short texts
+        (+19% per text for LoCoMo's 47-token turns) and less for long ones (-34% at 183 tokens),
+        as no padding is computed. With `parallel` the texts run on the shared pool; without,
+        in the calling thread.
         """
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         encodings = self._tokenizer.encode_batch(list(texts)) if texts else []
