@@ -147,7 +147,7 @@ class Embedder:
         dense leg alone then finds the evidence with R@10 .625; in runs of 16 it was .608-.629
         (mean .618) with how the turns were handed over (bench/reports/embedding-runs.md), which
         made the service's own R@10 move from run to run. It costs more CPU for short texts
-        (+19% per text for LoCoMo's 47-token turns) and less for long ones (-34% at 183 tokens),
+        (+15% per text for LoCoMo's 47-token turns) and less for long ones (-32% at 183 tokens),
         as no padding is computed. With `parallel` the texts run on the shared pool; without,
         in the calling thread.
         """
