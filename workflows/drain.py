@@ -51,10 +51,8 @@ class ExtractionDrainWorkflow:
         probe_delay = inp.probe_initial_s
         next_probe = workflow.now()
         for _ in range(inp.iterations_per_run):
-            # Gated: a run in which a worker from before this signal existed received (and
-            # dropped) one must replay as it ran.
-            if self._configured is not None and workflow.patched(CONFIGURE_PATCH):
-                inp, self._inp, self._configured = self._configured, self._configured, None
+            if (configured := self._take_configured()) is not None:
+                inp = configured
                 probe_delay = min(probe_delay, inp.probe_max_s)
                 next_probe = min(next_probe, workflow.now() + timedelta(seconds=inp.probe_max_s))
             states = await workflow.execute_local_activity_method(IngestActivities.states, **_LOOK)
@@ -88,8 +86,16 @@ class ExtractionDrainWorkflow:
             pace = timedelta(seconds=settled.taken / inp.rate_per_s) - (workflow.now() - started)
             if pace > timedelta(0):
                 await workflow.sleep(pace)
-        configured = self._configured is not None and workflow.patched(CONFIGURE_PATCH)
-        workflow.continue_as_new(self._configured if configured else inp)
+        workflow.continue_as_new(self._take_configured() or inp)
+
+    def _take_configured(self) -> DrainInput | None:
+        """The settings a worker sent since they were last taken, now this run's, or None.
+        Gated: a run in which a worker from before this signal existed received (and dropped)
+        one must replay as it ran."""
+        if self._configured is None or not workflow.patched(CONFIGURE_PATCH):
+            return None
+        self._inp, self._configured = self._configured, None
+        return self._inp
 
     def _wait(self, inp: DrainInput, next_probe) -> timedelta:
         wait = timedelta(seconds=inp.idle_s)

@@ -98,10 +98,9 @@ class Embedder:
     pool of that many threads shared by every caller. On 2 busy cores that embedded ~1.7× as
     many texts a second (measured in runs of 16 texts) as one run at a time on 2 onnxruntime
     threads, whose per-operator hand-offs stall whenever the other core is busy
-    (bench/reports/ingest.md). Queries skip
-    the pool, so a search never queues behind an import; and the pool's threads run at `nice`
-    (Linux schedules threads one by one), so a query, or the API, takes a core from a backlog's
-    embedding at once instead of sharing it. With `idle` they also run under SCHED_IDLE: any
+    (bench/reports/ingest.md). Queries skip the pool, so a search never queues behind an
+    import; and the pool's threads run at `nice` (Linux schedules threads one by one), so a
+    query, or the API, takes a core from a backlog's embedding at once instead of sharing it. With `idle` they also run under SCHED_IDLE: any
     other thread that wakes preempts them, where a nice thread still finishes its slice first.
     On 2 cores that took search p95 while a 10k bulk import drains from 102-104 ms to 81-82 ms
     (bench/reports/ingest-burst.md; 2.7-2.8x its idle p95 to 2.3-2.4x).
