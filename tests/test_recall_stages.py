@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import random
+import traceback
 import uuid
 
+import asyncpg
 import numpy as np
 import pytest
 
@@ -200,7 +203,7 @@ def test_the_reranker_reads_a_memory_after_the_one_it_answers(text, previous, se
 
 
 async def test_concurrent_searches_cannot_exhaust_a_small_pool(make_app):
-    """A search holds no pooled connection while it embeds, and reads the serving model's state
+    """A search holds one pooled connection at a time, and reads the serving model's state
     without holding one: more searches than connections all finish."""
     async with make_app(postgres_pool_min=1, postgres_pool_max=2) as app:
         await app.remember("Quinn rows on the river at dawn", scope={"user_id": "pool"}, mode="sync")
@@ -208,6 +211,27 @@ async def test_concurrent_searches_cannot_exhaust_a_small_pool(make_app):
         results = await asyncio.wait_for(asyncio.gather(*(
             app.search("rowing", scope={"user_id": "pool"}) for _ in range(8))), 30)
         assert all(len(hits) == 1 for hits in results)
+
+
+async def test_every_statement_of_a_search_runs_on_one_pooled_connection(app, monkeypatch):
+    """Giving a connection back costs a round trip (engram.store.pool), so a search takes one for
+    its stale read, both legs' statements and its rows."""
+    scope = {"user_id": "one-conn"}
+    for text in ("Zane repairs old radios", "Zane's radio workshop is in the garage", "Zane collects valves"):
+        await app.remember(text, scope=scope, mode="sync")
+    taken = []
+    acquire = asyncpg.Pool.acquire
+
+    def counted(pool, *args, **kwargs):  # a Pool's attributes are slots: the class is patched
+        if traceback.extract_stack(limit=2)[0].filename.endswith(os.path.join("recall", "pipeline.py")):
+            taken.append(1)  # taken by recall itself (the serving model's state is read through the pool)
+        return acquire(pool, *args, **kwargs)
+
+    monkeypatch.setattr(asyncpg.Pool, "acquire", counted)
+    response = await app.post("/api/memory/search", {"query": "radio", "scope": scope, "explain": True})
+    assert response.status_code == 200, response.text
+    assert len(response.json()["results"]) == 3
+    assert len(taken) == 1
 
 
 async def test_a_connection_lost_while_the_candidates_are_read_is_a_503_and_the_next_search_answers(app, monkeypatch):

@@ -7,13 +7,15 @@ reranker first and the rest follow in that order.
 
 Stage 1's two legs overlap: Postgres and the lexical index find BM25's top while the query is
 embedded (in a thread) and the vector index searched, so `explain`'s `embed_query` + `dense` and
-`bm25` run side by side. Beside the embedding, Postgres reads the scope's memories whose points
-a change left stale, scored by their rows instead (candidates.fresh_dense): none in the steady
-state. Ranking reads a few columns per candidate and its session neighbours (`fetch`; context
-expansion needs no statement of its own), and with them the BM25 scores of the dense hits
-outside BM25's top; the full rows are read for the results only (`rows`), with their chain
-heads, so verifying them (`verify`) takes no statement of its own. Those three reads share
-one connection. No pooled connection is held while the query is embedded or reranked.
+`bm25` run side by side. Beside the embedding, Postgres first reads the scope's memories whose
+points a change left stale, scored by their rows instead (candidates.fresh_dense): none in the
+steady state. Ranking reads a few columns per candidate and its session neighbours (`fetch`;
+context expansion needs no statement of its own), and with them the BM25 scores of the dense
+hits outside BM25's top; the full rows are read for the results only (`rows`), with their chain
+heads, so verifying them (`verify`) takes no statement of its own. Every statement of a search
+runs on one pooled connection, taken before the first and given back before the results are
+verified or reranked: the BM25 leg uses it while the query is embedded, and a release costs a
+round trip.
 """
 
 from __future__ import annotations
@@ -139,10 +141,11 @@ class Recall:
         s = self._settings
         explain = Explain()
         depth = max(s.search_candidates, opts.limit, opts.rerank_top_n if opts.rerank else 0)
-        legs = await self._legs(query, scope, filters, depth, explain)
         wanted = max(opts.limit, opts.rerank_top_n if opts.rerank else 0)
-        # One connection from here to the results: each release is a round trip (pool.create_pool).
+        # One connection from the first statement to the results: each release is a round trip
+        # (pool.create_pool), and its statements run one after another anyway.
         async with self._pool.acquire() as conn:
+            legs = await self._legs(conn, query, scope, filters, depth, explain)
             found = await self._candidates(conn, legs, scope, filters, depth, explain)
             ranked = self._first_order(found, wanted + SPARE_ROWS, explain)
             hits, sealed, context = await self._results(conn, ranked, wanted, scope, filters, opts, explain)
@@ -163,26 +166,28 @@ class Recall:
                 warnings.append(warning)
         return hits[:opts.limit], warnings, explain
 
-    async def _legs(self, query: str, scope: Scope, filters: Filters, depth: int, explain: Explain) -> _Legs:
-        """Stage 1's two legs side by side: BM25's top in Postgres and the lexical index while
-        the query is embedded and the vector index searched. No pooled connection is held while
-        the query is embedded."""
+    async def _legs(self, conn: asyncpg.Connection, query: str, scope: Scope, filters: Filters, depth: int,
+                    explain: Explain) -> _Legs:
+        """Stage 1's two legs side by side on `conn`: the stale points' read, then BM25's top in
+        Postgres and the lexical index, while the query is embedded and the vector index searched."""
         s = self._settings
         model, space = await self._spaces.active()
         bm25 = candidates.Bm25(s, query, scope, filters, self._lexical)
+        stale: asyncio.Future[dict[UUID, np.ndarray | None]] = asyncio.get_running_loop().create_future()
 
         async def lexical_top() -> tuple[dict[UUID, float], float]:
+            # The connection's first statement, as the vector leg waits for it.
+            stale.set_result(await repo.stale_dense(conn, scope, filters, model, candidates.STALE_DENSE_LISTED))
             t = time.perf_counter()
-            async with self._pool.acquire() as conn:
-                top = await bm25.top(conn, depth)
+            top = await bm25.top(conn, depth)
             return top, (time.perf_counter() - t) * 1e3
 
         # The vector leg first: its embedding, in a thread, is the longest step.
-        (query_vector, dense, stale, (embed_ms, dense_ms)), (lexical, bm25_ms) = await _side_by_side(
-            self._vector_leg(model, space, query, scope, filters, depth), lexical_top())
+        (query_vector, dense, stale_count, (embed_ms, dense_ms)), (lexical, bm25_ms) = await _side_by_side(
+            self._vector_leg(space, query, scope, filters, depth, stale), lexical_top())
         explain.stages["embed_query"] = {"ms": round(embed_ms, 3), "model": model}
         explain.stages["dense"] = {"ms": round(dense_ms, 3), "index": space.index.name, "hits": len(dense),
-                                   "stale_points": stale}
+                                   "stale_points": stale_count}
         return _Legs(model, query_vector, dense, lexical, bm25, bm25_ms)
 
     async def _candidates(self, conn: asyncpg.Connection, legs: _Legs, scope: Scope, filters: Filters, depth: int,
@@ -226,19 +231,17 @@ class Recall:
         explain.stage("rows", t, read=len(rows))
         return hits, sealed, context
 
-    async def _vector_leg(self, model: str, space: Space, query: str, scope: Scope, filters: Filters, depth: int
+    async def _vector_leg(self, space: Space, query: str, scope: Scope, filters: Filters, depth: int,
+                          stale: Awaitable[dict[UUID, np.ndarray | None]]
                           ) -> tuple[np.ndarray, dict[UUID, float], int, tuple[float, float]]:
         """(query vector, dense hits, how many of the scope's points were stale, (embedding ms,
-        index ms)): candidates.fresh_dense. The embedding's time includes the read of the stale
-        points beside it, which is the shorter."""
-        async def stale() -> dict[UUID, np.ndarray | None]:
-            async with self._pool.acquire() as conn:
-                return await repo.stale_dense(conn, scope, filters, model, candidates.STALE_DENSE_LISTED)
-
+        index ms)): candidates.fresh_dense. `stale` is the scope's stale points, read beside the
+        embedding; its wait counts in the embedding's time."""
         t = time.perf_counter()
-        # The stale points are read beside the embedding, so before the index is searched: a
-        # point the owner rewrites in between is then either listed (and skipped) or fresh.
-        query_vector, stale_points = await _side_by_side(space.embedder.embed_query(query), stale())
+        query_vector = await space.embedder.embed_query(query)
+        # Read before the index is searched: a point the owner rewrites in between is then
+        # either listed (and skipped) or fresh.
+        stale_points = await stale
         t1 = time.perf_counter()
         hits = await candidates.dense(space.index, query_vector, scope, filters, depth)
         dense = await candidates.fresh_dense(space.index, query_vector, scope, filters, depth, hits, stale_points)
