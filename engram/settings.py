@@ -229,6 +229,10 @@ class Settings(BaseSettings):
     rerank_default: bool = False
     rerank_top_n: int = Field(default=20, ge=1, le=MAX_RERANK_TOP_N)
     rerank_timeout_ms: int = 2_000
+    # The cross-encoder reorders as many of the top N as it expects to score in this time (at
+    # least one; the rest keep their fused order below them), so a slower machine or a queue of
+    # reranks shortens the list, not the answer's time. 0: always the whole top N.
+    rerank_budget_ms: int = Field(default=350, ge=0)
     # The reranker judges a memory with the one before it in its session ("<memory> (after:
     # <previous>)"): a reply often makes sense only next to what it answers (recall.rerank.with_context).
     rerank_session_context: bool = True

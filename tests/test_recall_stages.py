@@ -67,6 +67,48 @@ async def test_rerank_timeout_keeps_the_fused_order_and_warns(make_app):
         assert all(h["components"]["rerank"] is None for h in body["results"])
 
 
+async def test_past_its_budget_the_rerank_reorders_the_fused_top_it_could_score_and_says_so(make_app):
+    """A budget too short for more than one pair: the fused first is scored, the rest of the
+    top N follow in their fused order, and the answer and explain say how many were reranked."""
+    async with make_app(rerank_budget_ms=1) as app:
+        scope = {"user_id": "budget"}
+        for text in ("Ola sails a dinghy", "Ola's dinghy is called Wren", "Ola sails on the lake each summer",
+                     "Ola races the dinghy in June", "Ola keeps the sails in the shed"):
+            await app.remember(text, scope=scope, mode="sync")
+        fused = [h["memory"]["id"] for h in await app.search("Ola sailing her dinghy", scope=scope)]
+        response = await app.post("/api/memory/search", {"query": "Ola sailing her dinghy", "scope": scope,
+                                                         "rerank": True, "rerank_top_n": 4, "explain": True})
+        body = response.json()
+        assert [h["memory"]["id"] for h in body["results"]] == fused
+        assert [h["components"]["rerank"] is not None for h in body["results"]] == [True, False, False, False, False]
+        assert body["explain"]["rerank"]["reranked"] == 1 and body["explain"]["rerank"]["top_n"] == 4
+        assert body["warnings"] == ["rerank_partial: reranked the fused top 1 of 4, as many as this server "
+                                    "scores in ENGRAM_RERANK_BUDGET_MS (1 ms)"]
+
+
+def test_the_cross_encoder_scores_the_longest_prefix_its_measured_speed_fits_in_the_time_left(reranker):
+    texts = ["word " * n for n in (30, 5, 60, 12, 40, 8, 25, 50)]
+    query = "which words?"
+    lengths = [len(e.ids) for e in reranker._tokenizer.encode_batch([(query, t) for t in texts])]
+    measured = reranker.s_per_token
+    assert measured is not None  # from the warm-up runs at open
+    runs = reranker._runs(lengths)
+    whole = measured * sum(len(run) * max(lengths[i] for i in run) for run in runs)
+    assert reranker.affordable(lengths, whole) == len(texts)
+    fits = [k for k in range(1, len(texts) + 1) if measured * sum(
+        len(run) * max(lengths[i] for i in run) for run in reranker._runs(lengths[:k])) <= whole / 2]
+    assert reranker.affordable(lengths, whole / 2) == max(fits) < len(texts)
+    assert reranker.affordable(lengths, -1.0) == 1  # the time is up already (queued): the first alone
+
+
+async def test_time_queued_behind_other_reranks_is_spent_from_the_budget(reranker):
+    texts = [f"memory {i} about boats and harbours and the sea, told at some length" for i in range(20)]
+    first = asyncio.ensure_future(reranker.scores("boats", texts, timeout_s=30))  # no budget: all 20
+    second = await reranker.scores("boats", texts, timeout_s=30, budget_s=0.001)
+    assert len(await first) == 20
+    assert len(second) == 1
+
+
 async def test_expansion_lifts_session_neighbours_within_the_scope_only(app):
     scope = {"user_id": "e"}
     q = await app.remember("Uma: what should I cook for the party?", scope=scope, session_id="s1", mode="sync")

@@ -159,6 +159,7 @@ class Recall:
             t = time.perf_counter()
             hits, warning = await self._rerank(query, hits, opts.rerank_top_n, context)
             explain.stage("rerank", t, model=self._reranker.name, top_n=opts.rerank_top_n,
+                          reranked=sum(1 for h in hits[:opts.rerank_top_n] if h.components.rerank is not None),
                           with_context=sum(1 for h in hits[:opts.rerank_top_n] if h.memory.id in context),
                           timed_out=bool(warning and warning.startswith("rerank_timeout")),
                           failed=bool(warning and warning.startswith("rerank_failed")))
@@ -279,24 +280,29 @@ class Recall:
 
     async def _rerank(self, query: str, hits: list[SearchHit], top_n: int, context: dict[UUID, str]
                       ) -> tuple[list[SearchHit], str | None]:
-        """The top `top_n` ordered by the reranker. A memory with an entry in `context` (the turn
-        it follows in its session) is judged with it: a reply often makes sense only next to
-        what it answers."""
-        head, tail = hits[:top_n], hits[top_n:]
+        """The top `top_n` ordered by the reranker: as many of them as it scores within
+        RERANK_BUDGET_MS, the rest following in their fused order. A memory with an entry in
+        `context` (the turn it follows in its session) is judged with it: a reply often makes
+        sense only next to what it answers."""
+        s = self._settings
+        head = hits[:top_n]
         texts = [with_context(h.memory.content, context.get(h.memory.id)) for h in head]
-        timeout_s = self._settings.rerank_timeout_ms / 1000
         try:
-            known = tuple(sorted({s for h in head for s in h.memory.sensitive}))
-            scores = await self._reranker.scores(query, texts, timeout_s, known)
+            known = tuple(sorted({secret for h in head for secret in h.memory.sensitive}))
+            scores = await self._reranker.scores(query, texts, s.rerank_timeout_ms / 1000, known,
+                                                 s.rerank_budget_ms / 1000 if s.rerank_budget_ms else None)
         except RerankFailed as exc:
             return hits, f"rerank_failed: {exc.reason}; kept the fused order"
         if scores is None:
-            return hits, f"rerank_timeout: kept the fused order after {self._settings.rerank_timeout_ms} ms"
-        access_weight = self._settings.rank_access_weight
+            return hits, f"rerank_timeout: kept the fused order after {s.rerank_timeout_ms} ms"
+        head, tail = hits[:len(scores)], hits[len(scores):]
         for hit, score in zip(head, scores):
             hit.components.rerank = score
-            hit.score = score + access_weight * hit.components.access
+            hit.score = score + s.rank_access_weight * hit.components.access
         head.sort(key=lambda h: (-h.score, h.memory.created_at, str(h.memory.id)))
         # Cross-encoder logits and fused scores are on different scales: the reranked head
         # stays above the tail, whose order is unchanged.
+        if len(scores) < len(texts):
+            return head + tail, (f"rerank_partial: reranked the fused top {len(scores)} of {len(texts)}, "
+                                 f"as many as this server scores in ENGRAM_RERANK_BUDGET_MS ({s.rerank_budget_ms} ms)")
         return head + tail, None

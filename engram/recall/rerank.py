@@ -6,6 +6,12 @@ thread, a few pairs of similar length per model run, under a hard timeout: past 
 order is kept and the caller warns `rerank_timeout`. An abandoned run stops at its next
 model run, so a slow rerank never holds the event loop nor piles up work.
 
+Within a budget (ENGRAM_RERANK_BUDGET_MS), the cross-encoder scores as many of the fused top
+as it expects to finish in the time left when its turn comes: its cost per padded token,
+measured on its own recent model runs, prices each prefix of the list. The same code costs
+about 2x more on some of our machines than others, and a machine's speed drifts by the minute;
+so a slow machine or a queue of reranks shortens the list reranked, never the budget.
+
 `LLMReranker` instead asks the primary LLM provider, if the operator declared its model
 rerank-capable (ENGRAM_LLM_RERANK), for a 0-10 score per passage. That is async I/O under the
 same hard timeout; a provider that fails raises `RerankFailed`, and the caller keeps the fused
@@ -17,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,8 +69,10 @@ class Reranker(Protocol):
     name: str
 
     async def scores(self, query: str, texts: list[str], timeout_s: float,
-                     known: tuple[str, ...] = ()) -> list[float] | None:
-        """A relevance score per text (higher is better), or None if not done within `timeout_s`.
+                     known: tuple[str, ...] = (), budget_s: float | None = None) -> list[float] | None:
+        """Relevance scores (higher is better) of the first texts, or None if not done within
+        `timeout_s`. Every text is scored unless `budget_s` is given and the reranker can tell
+        it would take longer: then as many of the first as fit, at least one.
         `known`: secrets the texts hold (their memories' `sensitive`), never to leave the process.
 
         May raise `RerankFailed`; the caller then keeps the order it had.
@@ -98,6 +107,9 @@ class CrossEncoder:
     # cut a 20-pair rerank's p95 to 0.77x of one pair per run at the same quality; 10 gained
     # nothing and 20 was 1.5x slower (padding, and the int8 kernels' cache footprint).
     BATCH = 4
+    # How fast the cost per token follows this machine's speed: each run moves it this much of
+    # the way to the run's own.
+    COST_SMOOTHING = 0.2
 
     def __init__(self, files: CrossEncoderFiles, session, tokenizer) -> None:
         self.name = files.name
@@ -105,12 +117,15 @@ class CrossEncoder:
         self._session = session
         self._tokenizer = tokenizer
         self._inputs = {i.name for i in session.get_inputs()}
-        # One thread: reranks queue behind each other instead of fighting for 2 cores.
+        # One thread: reranks queue behind each other instead of fighting for 2 cores. It alone
+        # reads and writes the cost per padded token (seconds; None until a run is measured).
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rerank")
+        self.s_per_token: float | None = None
 
     @classmethod
     def open(cls, files: CrossEncoderFiles, *, threads: int = 2) -> "CrossEncoder":
-        """Load after checking the SHA-256; raises ModelFileMismatch on a wrong file."""
+        """Load after checking the SHA-256; raises ModelFileMismatch on a wrong file. A few
+        warm-up runs (the first runs of a session allocate) give the first cost per token."""
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
@@ -123,36 +138,69 @@ class CrossEncoder:
         tokenizer = Tokenizer.from_file(str(files.tokenizer))
         tokenizer.no_padding()  # the shipped tokenizer pads every pair to 512 tokens
         tokenizer.enable_truncation(max_length=files.max_tokens)
-        return cls(files, session, tokenizer)
+        encoder = cls(files, session, tokenizer)
+        warm_up = ["a memory of about the length of a short conversational turn, said once " * 2] * cls.BATCH
+        encoder._score_all("what was said?", warm_up, threading.Event())
+        encoder.s_per_token = None  # a session's first run allocates: not this machine's speed
+        for _ in range(2):
+            encoder._score_all("what was said?", warm_up, threading.Event())
+        return encoder
 
-    def _score_all(self, query: str, texts: list[str], cancelled: threading.Event) -> list[float] | None:
-        """Scores in runs of up to `self.batch` pairs of similar length (sorted, so little padding
-        is computed); the first run's answer is not waited for past a cancel."""
+    def _runs(self, lengths: list[int]) -> list[list[int]]:
+        """The model runs scoring texts of these token counts: up to `batch` of similar length
+        each (sorted, so little padding is computed)."""
+        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+        return [order[start:start + self.batch] for start in range(0, len(order), self.batch)]
+
+    def affordable(self, lengths: list[int], seconds: float) -> int:
+        """How many of the first texts (of these token counts) the runs scoring them are
+        expected to finish within `seconds`, at the measured cost per padded token: all of them
+        before any run is measured, at least one."""
+        if self.s_per_token is None:
+            return len(lengths)
+        count = len(lengths)
+        while count > 1 and self.s_per_token * sum(
+                len(run) * max(lengths[i] for i in run) for run in self._runs(lengths[:count])) > seconds:
+            count -= 1
+        return count
+
+    def _score_all(self, query: str, texts: list[str], cancelled: threading.Event,
+                   deadline: float | None = None) -> list[float] | None:
+        """Scores of the first texts, as many as `affordable` before `deadline` (time.monotonic;
+        None: all of them), in `_runs`; the first run's answer is not waited for past a cancel."""
         encodings = self._tokenizer.encode_batch([(query, text) for text in texts])
-        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
-        out = [0.0] * len(texts)
-        for start in range(0, len(order), self.batch):
+        lengths = [len(e.ids) for e in encodings]
+        if deadline is not None:
+            lengths = lengths[:self.affordable(lengths, deadline - time.monotonic())]
+        out = [0.0] * len(lengths)
+        for run in self._runs(lengths):
             if cancelled.is_set():
                 return None
-            run = order[start:start + self.batch]
-            width = max(len(encodings[i].ids) for i in run)
+            width = max(lengths[i] for i in run)
             feeds = {name: np.zeros((len(run), width), dtype=np.int64)
                      for name in ("input_ids", "attention_mask", "token_type_ids")}
             for row, i in enumerate(run):
-                enc, n = encodings[i], len(encodings[i].ids)
+                enc, n = encodings[i], lengths[i]
                 feeds["input_ids"][row, :n] = enc.ids
                 feeds["attention_mask"][row, :n] = enc.attention_mask
                 feeds["token_type_ids"][row, :n] = enc.type_ids
+            started = time.perf_counter()
             logits = self._session.run(None, {k: v for k, v in feeds.items() if k in self._inputs})[0]
+            cost = (time.perf_counter() - started) / (len(run) * width)
+            self.s_per_token = cost if self.s_per_token is None else (
+                self.s_per_token + self.COST_SMOOTHING * (cost - self.s_per_token))
             for row, i in enumerate(run):
                 out[i] = float(logits[row][0])
         return out
 
     async def scores(self, query: str, texts: list[str], timeout_s: float,
-                     known: tuple[str, ...] = ()) -> list[float] | None:
-        """See `Reranker.scores`; scored in this process, so `known` needs nothing."""
+                     known: tuple[str, ...] = (), budget_s: float | None = None) -> list[float] | None:
+        """See `Reranker.scores`; scored in this process, so `known` needs nothing. The budget
+        runs from this call: time queued behind other reranks is spent from it."""
         cancelled = threading.Event()
-        future = asyncio.get_running_loop().run_in_executor(self._executor, self._score_all, query, texts, cancelled)
+        deadline = None if budget_s is None else time.monotonic() + budget_s
+        future = asyncio.get_running_loop().run_in_executor(
+            self._executor, self._score_all, query, texts, cancelled, deadline)
         try:
             async with asyncio.timeout(timeout_s):  # not wait_for: it can swallow a cancel (3.11)
                 return await asyncio.shield(future)
@@ -178,8 +226,9 @@ class LLMReranker:
         self._provider = provider
 
     async def scores(self, query: str, texts: list[str], timeout_s: float,
-                     known: tuple[str, ...] = ()) -> list[float] | None:
-        """See `Reranker.scores`: the provider redacts `known` with the rest. Raises
+                     known: tuple[str, ...] = (), budget_s: float | None = None) -> list[float] | None:
+        """See `Reranker.scores`: one call judges every text, so `budget_s` is not used; the
+        provider redacts `known` with the rest. Raises
         `RerankFailed` when the provider fails (including its own, shorter, timeout); the
         provider's detail goes to the log, not to the caller."""
         if not texts:
