@@ -192,6 +192,52 @@ async def test_edge_shard_persists_across_reopen(tmp_path):
     await again.close()
 
 
+def _hnsw_links_by_field(path) -> dict[str, bool]:
+    """Whether each payload index of the edge shard at `path` builds HNSW links per value."""
+    import qdrant_edge as q
+
+    shard = q.EdgeShard.load(str(path), q.EdgeConfig(vectors={"m": q.EdgeVectorParams(size=DIM,
+                                                                                      distance=q.Distance.Cosine)}))
+    try:
+        return {name: held.params is None or held.params.enable_hnsw is not False
+                for name, held in shard.info().payload_schema.items()}
+    finally:
+        shard.close()
+
+
+async def test_an_edge_shard_links_its_graph_by_scope_only_and_one_made_before_is_changed_to_at_open(tmp_path):
+    """Payload-aware HNSW links on every field tripled the optimiser's work and slowed a big
+    scope's search 5x (vector_index._field_indexes): only the tenant fields get them. A shard
+    an older release made with links on every field is changed at open, its points kept."""
+    import qdrant_edge as q
+
+    new = EdgeIndex(tmp_path / "new")
+    await new.ensure(model="m", dim=DIM)
+    await new.close()
+    links = _hnsw_links_by_field(tmp_path / "new")
+    assert {name for name, linked in links.items() if linked} == {"user_id", "agent_id"}
+    assert len(links) == 13
+
+    old = q.EdgeShard.create(str(tmp_path / "old"), q.EdgeConfig(vectors={"m": q.EdgeVectorParams(
+        size=DIM, distance=q.Distance.Cosine)}))
+    for name in ("user_id", "agent_id", "run_id", "type", "tags", "who", "source_type", "trust", "memory_type"):
+        old.update(q.UpdateOperation.create_field_index(name, q.KeywordIndexParams(
+            is_tenant=name in ("user_id", "agent_id"))))
+    old.update(q.UpdateOperation.create_field_index("deleted", q.PayloadSchemaType.Integer))
+    for name in ("created_at", "confidence", "expires_at"):
+        old.update(q.UpdateOperation.create_field_index(name, q.PayloadSchemaType.Float))
+    point = _point([1.0] + [0.0] * (DIM - 1))
+    old.update(q.UpdateOperation.upsert_points([q.Point(str(point.id), {"m": point.vector}, point.payload())]))
+    old.close()
+    assert all(_hnsw_links_by_field(tmp_path / "old").values())
+    reopened = EdgeIndex(tmp_path / "old")
+    await reopened.ensure(model="m", dim=DIM)
+    hits = await reopened.search(point.vector, Scope(user_id="u"), Filters(EVERYTHING, now=NOW), 1)
+    assert [h.id for h in hits] == [point.id]
+    await reopened.close()
+    assert _hnsw_links_by_field(tmp_path / "old") == links
+
+
 async def _filled_edge(path, n: int, dim: int = 384) -> tuple[EdgeIndex, list[IndexPoint]]:
     """An edge shard of `n` random points: at 384 dimensions, enough for the engine to build HNSW."""
     index = EdgeIndex(path)

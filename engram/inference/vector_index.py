@@ -33,6 +33,24 @@ log = logging.getLogger(__name__)
 _KEYWORD_FIELDS = ("user_id", "agent_id", "run_id", "type", "tags", "who", "source_type", "trust",
                    "memory_type")
 _FLOAT_FIELDS = ("created_at", "confidence", "expires_at")
+_TENANT_FIELDS = ("user_id", "agent_id")
+
+
+def _field_indexes() -> list[tuple[str, object]]:
+    """(field, qdrant-edge index params) of every payload index of an edge shard.
+
+    Every search is inside a scope, so HNSW links per field value (Qdrant's payload-aware
+    links) are built for the tenant fields only. On every field they made the optimiser's
+    work 2.5-3.5x and a search of one 100k-point scope 5x slower (0.32 against 1.82 ms p50;
+    recall@30 against exact search .9988 against .9999), measured on synthetic 384-d points:
+    the other filters are checked while the scope's graph is walked."""
+    import qdrant_edge as q
+
+    return ([(name, q.KeywordIndexParams(is_tenant=True)) for name in _TENANT_FIELDS]
+            + [(name, q.KeywordIndexParams(is_tenant=False, enable_hnsw=False))
+               for name in _KEYWORD_FIELDS if name not in _TENANT_FIELDS]
+            + [("deleted", q.IntegerIndexParams(lookup=True, range=True, enable_hnsw=False))]
+            + [(name, q.FloatIndexParams(enable_hnsw=False)) for name in _FLOAT_FIELDS])
 SPARSE = "bm25"  # the lexical index's one vector: BM25 weights by term id
 Vector = list[float] | dict[int, float]  # dense values, or sparse {term id: weight}
 
@@ -206,15 +224,17 @@ class EdgeIndex:
         self._remove_leftovers()
         if self._dir.exists() and any(self._dir.iterdir()):
             self._shard = q.EdgeShard.load(str(self._dir), config)
-            return
-        self._dir.mkdir(parents=True, exist_ok=True)
-        self._shard = q.EdgeShard.create(str(self._dir), config)
-        for name in _KEYWORD_FIELDS:
-            params = q.KeywordIndexParams(is_tenant=name in ("user_id", "agent_id"))
-            self._shard.update(q.UpdateOperation.create_field_index(name, params))
-        self._shard.update(q.UpdateOperation.create_field_index("deleted", q.PayloadSchemaType.Integer))
-        for name in _FLOAT_FIELDS:
-            self._shard.update(q.UpdateOperation.create_field_index(name, q.PayloadSchemaType.Float))
+        else:
+            self._dir.mkdir(parents=True, exist_ok=True)
+            self._shard = q.EdgeShard.create(str(self._dir), config)
+        schema = self._shard.info().payload_schema
+        for name, params in _field_indexes():
+            held = schema.get(name)
+            if held is None or (name not in _TENANT_FIELDS
+                                and (held.params is None or held.params.enable_hnsw is not False)):
+                # Created, or made as _field_indexes says by a release before it did: the
+                # segments optimised from now on follow it (older ones keep their links).
+                self._shard.update(q.UpdateOperation.create_field_index(name, params))
 
     def _write(self, operation) -> None:
         with self._write_lock:
