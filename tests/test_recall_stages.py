@@ -102,11 +102,17 @@ def test_the_cross_encoder_scores_the_longest_prefix_its_measured_speed_fits_in_
 
 
 async def test_time_queued_behind_other_reranks_is_spent_from_the_budget(reranker):
+    """A budget a quarter above what 20 pairs are expected to cost scores all 20 alone, but
+    fewer behind another rerank of 20: the wait is spent from it."""
     texts = [f"memory {i} about boats and harbours and the sea, told at some length" for i in range(20)]
+    lengths = [len(e.ids) for e in reranker._tokenizer.encode_batch([("boats", t) for t in texts])]
+    expected_s = reranker.s_per_token * sum(len(run) * max(lengths[i] for i in run) for run in reranker._runs(lengths))
+    assert len(await reranker.scores("boats", texts, timeout_s=30, budget_s=1.25 * expected_s)) == 20
     first = asyncio.ensure_future(reranker.scores("boats", texts, timeout_s=30))  # no budget: all 20
-    second = await reranker.scores("boats", texts, timeout_s=30, budget_s=0.001)
+    await asyncio.sleep(0)  # queued first
+    second = await reranker.scores("boats", texts, timeout_s=30, budget_s=1.25 * expected_s)
     assert len(await first) == 20
-    assert len(second) == 1
+    assert 1 <= len(second) < 20
 
 
 async def test_expansion_lifts_session_neighbours_within_the_scope_only(app):
