@@ -205,9 +205,9 @@ def _hnsw_links_by_field(path) -> dict[str, bool]:
         shard.close()
 
 
-async def test_an_edge_shard_links_its_graph_by_scope_only_and_one_made_before_is_changed_to_at_open(tmp_path):
+async def test_an_edge_shard_links_its_graph_by_scope_only_and_one_made_before_is_changed_at_open(tmp_path):
     """Payload-aware HNSW links on every field tripled the optimiser's work and slowed a big
-    scope's search 5x (vector_index._field_indexes): only the tenant fields get them. A shard
+    scope's search 5x (vector_index._field_indexes): only the scope's parts get them. A shard
     an older release made with links on every field is changed at open, its points kept."""
     import qdrant_edge as q
 
@@ -215,7 +215,7 @@ async def test_an_edge_shard_links_its_graph_by_scope_only_and_one_made_before_i
     await new.ensure(model="m", dim=DIM)
     await new.close()
     links = _hnsw_links_by_field(tmp_path / "new")
-    assert {name for name, linked in links.items() if linked} == {"user_id", "agent_id"}
+    assert {name for name, linked in links.items() if linked} == {"user_id", "agent_id", "run_id"}
     assert len(links) == 13
 
     old = q.EdgeShard.create(str(tmp_path / "old"), q.EdgeConfig(vectors={"m": q.EdgeVectorParams(

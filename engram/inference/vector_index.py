@@ -33,24 +33,27 @@ log = logging.getLogger(__name__)
 _KEYWORD_FIELDS = ("user_id", "agent_id", "run_id", "type", "tags", "who", "source_type", "trust",
                    "memory_type")
 _FLOAT_FIELDS = ("created_at", "confidence", "expires_at")
-_TENANT_FIELDS = ("user_id", "agent_id")
+_TENANT_FIELDS = ("user_id", "agent_id")  # Qdrant keeps each value's points together
 
 
-def _field_indexes() -> list[tuple[str, object]]:
-    """(field, qdrant-edge index params) of every payload index of an edge shard.
+def _field_indexes() -> list[tuple[str, object, bool]]:
+    """(field, qdrant-edge index params, whether HNSW links are built per value) of every
+    payload index of an edge shard.
 
-    Every search is inside a scope, so HNSW links per field value (Qdrant's payload-aware
-    links) are built for the tenant fields only. On every field they made the optimiser's
-    work 2.5-3.5x and a search of one 100k-point scope 5x slower (0.32 against 1.82 ms p50;
-    recall@30 against exact search .9988 against .9999), measured on synthetic 384-d points:
-    the other filters are checked while the scope's graph is walked."""
+    Every search is inside a scope, so Qdrant's payload-aware HNSW links (a graph per value
+    holding enough points) are built for the scope's parts only. On every field they made the
+    optimiser's work 2.5-3.5x and a search of one 100k-point scope 5.7x slower (0.32 against
+    1.82 ms p50; recall@30 against exact search .9988 against .9999), measured on synthetic
+    384-d points: the other filters are checked while the scope's graph is walked."""
     import qdrant_edge as q
 
-    return ([(name, q.KeywordIndexParams(is_tenant=True)) for name in _TENANT_FIELDS]
-            + [(name, q.KeywordIndexParams(is_tenant=False, enable_hnsw=False))
-               for name in _KEYWORD_FIELDS if name not in _TENANT_FIELDS]
-            + [("deleted", q.IntegerIndexParams(lookup=True, range=True, enable_hnsw=False))]
-            + [(name, q.FloatIndexParams(enable_hnsw=False)) for name in _FLOAT_FIELDS])
+    return ([(name, q.KeywordIndexParams(is_tenant=name in _TENANT_FIELDS), True) for name in SCOPE_PARTS]
+            + [(name, q.KeywordIndexParams(is_tenant=False, enable_hnsw=False), False)
+               for name in _KEYWORD_FIELDS if name not in SCOPE_PARTS]
+            + [("deleted", q.IntegerIndexParams(lookup=True, range=True, enable_hnsw=False), False)]
+            + [(name, q.FloatIndexParams(enable_hnsw=False), False) for name in _FLOAT_FIELDS])
+
+
 SPARSE = "bm25"  # the lexical index's one vector: BM25 weights by term id
 Vector = list[float] | dict[int, float]  # dense values, or sparse {term id: weight}
 
@@ -228,12 +231,11 @@ class EdgeIndex:
             self._dir.mkdir(parents=True, exist_ok=True)
             self._shard = q.EdgeShard.create(str(self._dir), config)
         schema = self._shard.info().payload_schema
-        for name, params in _field_indexes():
+        for name, params, linked in _field_indexes():
             held = schema.get(name)
-            if held is None or (name not in _TENANT_FIELDS
-                                and (held.params is None or held.params.enable_hnsw is not False)):
-                # Created, or made as _field_indexes says by a release before it did: the
-                # segments optimised from now on follow it (older ones keep their links).
+            if held is None or (held.params is None or held.params.enable_hnsw is not False) != linked:
+                # Missing, or made otherwise by an earlier release: made as _field_indexes
+                # says. Segments optimised from now on follow it; older ones keep their links.
                 self._shard.update(q.UpdateOperation.create_field_index(name, params))
 
     def _write(self, operation) -> None:
