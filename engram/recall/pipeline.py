@@ -2,8 +2,9 @@
 hit and, when asked, each stage's timing.
 
 final = fused + expansion + c·log(1 + access_count), where
-fused = a·minmax(vector) + b·minmax(BM25); with rerank, the top N are ordered by the
-reranker first and the rest follow in that order.
+fused = a·minmax(vector) + b·minmax(BM25); with rerank, as many of the top N as the reranker
+expects to score within its budget are ordered by it first, and the rest follow in their fused
+order.
 
 Stage 1's two legs overlap: Postgres and the lexical index find BM25's top while the query is
 embedded (in a thread) and the vector index searched, so `explain`'s `embed_query` + `dense` and
@@ -12,10 +13,10 @@ points a change left stale, scored by their rows instead (candidates.fresh_dense
 steady state. Ranking reads a few columns per candidate and its session neighbours (`fetch`;
 context expansion needs no statement of its own), and with them the BM25 scores of the dense
 hits outside BM25's top; the full rows are read for the results only (`rows`), with their chain
-heads, so verifying them (`verify`) takes no statement of its own. Every statement of a search
-runs on one pooled connection, taken before the first and given back before the results are
-verified or reranked: the BM25 leg uses it while the query is embedded, and a release costs a
-round trip.
+heads, so verifying them (`verify`) takes no statement of its own. A search takes two pooled
+connections, one after the other (a release costs a round trip): the BM25 leg's, which also
+reads the stale points, and one for the three reads after the legs. None is held while the
+query is embedded (unless the BM25 leg is still at work) or reranked.
 """
 
 from __future__ import annotations
@@ -142,10 +143,9 @@ class Recall:
         explain = Explain()
         depth = max(s.search_candidates, opts.limit, opts.rerank_top_n if opts.rerank else 0)
         wanted = max(opts.limit, opts.rerank_top_n if opts.rerank else 0)
-        # One connection from the first statement to the results: each release is a round trip
-        # (pool.create_pool), and its statements run one after another anyway.
+        legs = await self._legs(query, scope, filters, depth, explain)
+        # One connection from here to the results: each release is a round trip (pool.create_pool).
         async with self._pool.acquire() as conn:
-            legs = await self._legs(conn, query, scope, filters, depth, explain)
             found = await self._candidates(conn, legs, scope, filters, depth, explain)
             ranked = self._first_order(found, wanted + SPARE_ROWS, explain)
             hits, sealed, context = await self._results(conn, ranked, wanted, scope, filters, opts, explain)
@@ -160,27 +160,32 @@ class Recall:
             hits, warning = await self._rerank(query, hits, opts.rerank_top_n, context)
             explain.stage("rerank", t, model=self._reranker.name, top_n=opts.rerank_top_n,
                           reranked=sum(1 for h in hits[:opts.rerank_top_n] if h.components.rerank is not None),
-                          with_context=sum(1 for h in hits[:opts.rerank_top_n] if h.memory.id in context),
+                          with_context=sum(1 for h in hits[:opts.rerank_top_n]
+                                           if h.components.rerank is not None and h.memory.id in context),
                           timed_out=bool(warning and warning.startswith("rerank_timeout")),
                           failed=bool(warning and warning.startswith("rerank_failed")))
             if warning:
                 warnings.append(warning)
         return hits[:opts.limit], warnings, explain
 
-    async def _legs(self, conn: asyncpg.Connection, query: str, scope: Scope, filters: Filters, depth: int,
-                    explain: Explain) -> _Legs:
-        """Stage 1's two legs side by side on `conn`: the stale points' read, then BM25's top in
-        Postgres and the lexical index, while the query is embedded and the vector index searched."""
+    async def _legs(self, query: str, scope: Scope, filters: Filters, depth: int, explain: Explain) -> _Legs:
+        """Stage 1's two legs side by side: on one connection, the stale points' read, then
+        BM25's top in Postgres and the lexical index; meanwhile the query is embedded and the
+        vector index searched. The serving model's state is read before the connection is taken
+        (its refresh takes one), and the vector leg holds none: an embedder that is slow to
+        answer keeps no connection from others."""
         s = self._settings
         model, space = await self._spaces.active()
         bm25 = candidates.Bm25(s, query, scope, filters, self._lexical)
         stale: asyncio.Future[dict[UUID, np.ndarray | None]] = asyncio.get_running_loop().create_future()
 
         async def lexical_top() -> tuple[dict[UUID, float], float]:
-            # The connection's first statement, as the vector leg waits for it.
-            stale.set_result(await repo.stale_dense(conn, scope, filters, model, candidates.STALE_DENSE_LISTED))
             t = time.perf_counter()
-            top = await bm25.top(conn, depth)
+            async with self._pool.acquire() as conn:
+                # The connection's first statement, as the vector leg waits for it.
+                stale.set_result(await repo.stale_dense(conn, scope, filters, model,
+                                                        candidates.STALE_DENSE_LISTED))
+                top = await bm25.top(conn, depth)
             return top, (time.perf_counter() - t) * 1e3
 
         # The vector leg first: its embedding, in a thread, is the longest step.
@@ -280,8 +285,8 @@ class Recall:
 
     async def _rerank(self, query: str, hits: list[SearchHit], top_n: int, context: dict[UUID, str]
                       ) -> tuple[list[SearchHit], str | None]:
-        """The top `top_n` ordered by the reranker: as many of them as it scores within
-        RERANK_BUDGET_MS, the rest following in their fused order. A memory with an entry in
+        """The top `top_n` ordered by the reranker: as many of them as it expects to score
+        within RERANK_BUDGET_MS, the rest following in their fused order. A memory with an entry in
         `context` (the turn it follows in its session) is judged with it: a reply often makes
         sense only next to what it answers."""
         s = self._settings
@@ -304,5 +309,6 @@ class Recall:
         # stays above the tail, whose order is unchanged.
         if len(scores) < len(texts):
             return head + tail, (f"rerank_partial: reranked the fused top {len(scores)} of {len(texts)}, "
-                                 f"as many as this server scores in ENGRAM_RERANK_BUDGET_MS ({s.rerank_budget_ms} ms)")
+                                 "as many as this server expected to score in ENGRAM_RERANK_BUDGET_MS "
+                                 f"({s.rerank_budget_ms} ms)")
         return head + tail, None

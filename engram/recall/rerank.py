@@ -117,8 +117,9 @@ class CrossEncoder:
         self._session = session
         self._tokenizer = tokenizer
         self._inputs = {i.name for i in session.get_inputs()}
-        # One thread: reranks queue behind each other instead of fighting for 2 cores. It alone
-        # reads and writes the cost per padded token (seconds; None until a run is measured).
+        # One thread: reranks queue behind each other instead of fighting for 2 cores. Once
+        # open() is done, only it reads and writes the cost per padded token (seconds; None
+        # until a run is measured).
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rerank")
         self.s_per_token: float | None = None
 
