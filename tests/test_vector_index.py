@@ -238,6 +238,37 @@ async def test_an_edge_shard_links_its_graph_by_scope_only_and_one_made_before_i
     assert _hnsw_links_by_field(tmp_path / "old") == links
 
 
+@pytest.mark.parametrize("scope, filters", [
+    (Scope(run_id="r0"), Filters(EVERYTHING, now=NOW)),
+    (Scope(user_id="u"), Filters(EVERYTHING, now=NOW, type="event")),
+], ids=["run-scope", "type-filter"])
+async def test_an_optimised_edge_shard_finds_the_nearest_of_a_filtered_fifth_of_its_points(tmp_path, scope, filters):
+    """Past Qdrant's full-scan threshold a filtered search walks the HNSW graph, which holds no
+    links per value of most fields (vector_index._field_indexes): it must still find the
+    nearest of the points passing."""
+    rng = np.random.default_rng(3)
+    centres = rng.normal(size=(200, 384))
+    vectors = centres[rng.integers(0, 200, 30_000)] + 0.5 * rng.normal(size=(30_000, 384))
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    passing = np.arange(30_000) < 7_000
+    by_run = scope.run_id is not None  # the type filter: memories with no run, as most are
+    points = [_point(v.tolist(), "u", run_id=("r0" if p else f"r{1 + i % 50}") if by_run else None,
+                     type="event" if p and not by_run else "fact")
+              for i, (v, p) in enumerate(zip(vectors, passing))]
+    index = EdgeIndex(tmp_path / "shard")
+    await index.ensure(model="m", dim=384)
+    for start in range(0, len(points), 2_000):
+        await index.upsert(points[start:start + 2_000])
+    await index.optimize()
+    queries = centres[rng.integers(0, 200, 40)] + 0.5 * rng.normal(size=(40, 384))
+    found = []
+    for q in queries / np.linalg.norm(queries, axis=1, keepdims=True):
+        exact = {points[i].id for i in np.flatnonzero(passing)[np.argsort(-(vectors[passing] @ q))[:30]]}
+        found.append(len(exact & {h.id for h in await index.search(q.tolist(), scope, filters, 30)}) / 30)
+    await index.close()
+    assert np.mean(found) >= 0.95 and min(found) >= 0.8, sorted(found)[:5]
+
+
 async def _filled_edge(path, n: int, dim: int = 384) -> tuple[EdgeIndex, list[IndexPoint]]:
     """An edge shard of `n` random points: at 384 dimensions, enough for the engine to build HNSW."""
     index = EdgeIndex(path)
