@@ -112,17 +112,22 @@ def service_runs(*, rerank: bool) -> list[ServiceRun]:
                    {"ENGRAM_EXPANSION_WEIGHT": "0", "ENGRAM_RANK_BM25_WEIGHT": "0"}, {},
                    stage="BM25 leg off (dense only)"),
     ]
+    whole = {"ENGRAM_RERANK_BUDGET_MS": "0"}  # every rerank reorders its whole top 20, however busy the machine
     if rerank:
         runs += [
-            ServiceRun("service, rerank=true (cross-encoder, top 20)", {}, {"rerank": True}, stage="rerank on"),
+            ServiceRun("service, rerank=true (cross-encoder, top 20)", whole, {"rerank": True}, stage="rerank on"),
             ServiceRun("service, rerank=true, ENGRAM_RERANK_SESSION_CONTEXT=false",
-                       {"ENGRAM_RERANK_SESSION_CONTEXT": "false"}, {"rerank": True},
+                       whole | {"ENGRAM_RERANK_SESSION_CONTEXT": "false"}, {"rerank": True},
                        stage="rerank on, without session context"),
+            ServiceRun("service, rerank=true within the default ENGRAM_RERANK_BUDGET_MS (350)", {}, {"rerank": True},
+                       stage="rerank on, as many of the top 20 as fit 350 ms"),
+            ServiceRun("service, rerank=true, ENGRAM_RERANK_BUDGET_MS=175", {"ENGRAM_RERANK_BUDGET_MS": "175"},
+                       {"rerank": True}, stage="rerank on, as many as fit 175 ms (as on a machine 2x slower)"),
         ]
     more = {"ENGRAM_SEARCH_CANDIDATES": "100"}  # the default until 50 measured the same
     runs.append(ServiceRun("service, ENGRAM_SEARCH_CANDIDATES=100", more, {}, stage="100 candidates per leg (not 50)"))
     if rerank:
-        runs.append(ServiceRun("service, rerank=true, ENGRAM_SEARCH_CANDIDATES=100", more, {"rerank": True},
+        runs.append(ServiceRun("service, rerank=true, ENGRAM_SEARCH_CANDIDATES=100", more | whole, {"rerank": True},
                                stage="rerank on, 100 candidates per leg"))
     runs += [
         ServiceRun("service, ENGRAM_BM25_STEMMER=none", {"ENGRAM_BM25_STEMMER": "none"}, {}, stage="stemming off"),

@@ -192,7 +192,8 @@ def report(results: list[SizeResult], model: str, scopes: int, pool: int, plots:
         out.append(f"**Quick run (smoke test): small sizes and few queries; the targets are defined at "
                    f"{target_size(scopes):,}.**\n")
     out.append(
-        f"`engram up` (ENGRAM_LLM_PROVIDER=none, otherwise default settings; embedding model {model}) on one data "
+        f"`engram up` (ENGRAM_LLM_PROVIDER=none, ENGRAM_RERANK_BUDGET_MS=0 so every rerank reorders its whole "
+        f"top 20, otherwise default settings; embedding model {model}) on one data "
         f"directory whose corpus grows between runs: {scopes} scopes, the same number of memories in each. The texts "
         f"are the {pool} distinct LoCoMo dev turns: each scope holds a seeded random sample of them, so **the same "
         "texts recur across scopes** (never twice in one scope). Qdrant filters on the scope's payload (a tenant "
