@@ -290,12 +290,15 @@ def score_column(params: list, scoring: ExactScoring) -> str:
     first = len(params) + 1
     params += [terms, [scoring.stats.idf[t] for t in terms], scoring.k1, scoring.b, scoring.stats.avgdl, scoring.ids]
     terms_p, idf_p, k1, b, avgdl, ids_p = (f"${first + i}" for i in range(6))
+    # One range of the postings' primary key per memory, each term's IDF read by its place in
+    # the (distinct) terms: a join with the terms probed the index once per term (25 terms:
+    # 925 probes for 37 memories, against 37; 1.3-2 ms a search at 1M memories).
     return f"""CASE WHEN m.id = ANY({ids_p}::uuid[]) THEN (
-        SELECT sum(q.idf * t.tf * ({k1}::float8 + 1)
+        SELECT sum(({idf_p}::float8[])[array_position({terms_p}::text[], t.term)] * t.tf * ({k1}::float8 + 1)
                    / (t.tf + {k1}::float8
                       * (1 - {b}::float8 + {b}::float8 * m.token_count / greatest({avgdl}::float8, 1))))
-        FROM memory_terms t JOIN unnest({terms_p}::text[], {idf_p}::float8[]) AS q(term, idf) ON q.term = t.term
-        WHERE t.memory_id = m.id) END"""
+        FROM memory_terms t
+        WHERE t.memory_id = m.id AND t.term = ANY({terms_p}::text[])) END"""
 
 
 async def exact_scores(conn: asyncpg.Connection, scope: Scope, filters: Filters, scoring: ExactScoring

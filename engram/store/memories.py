@@ -308,16 +308,20 @@ def _nothing_live_between(a: str, b: str) -> str:
 # session (`upto`) is the candidate's `before` (or `after`). One probe then checks that no live
 # memory lies between. A live pair is probed once, for the later one's `prev`, and the earlier
 # one's `next` reads that answer; a candidate that is not live gets a probe of its own for `next`.
+# Each step is MATERIALIZED: the planner estimates `c` at one row where the scope is a small part
+# of the table (it takes the scope and the ids as independent), and then ran `a`, inlined, once
+# per candidate, each time joining `o` with itself: ~100 ms a search at 1M memories over 1,000
+# scopes, against 7 ms with each step run once (90 candidates).
 _NEIGHBOURS = f"""
-    o AS (SELECT id, scope_key, session_id, created_at, live, upto, upto - live::int AS before, upto + 1 AS after
+    o AS MATERIALIZED (SELECT id, scope_key, session_id, created_at, live, upto, upto - live::int AS before, upto + 1 AS after
           FROM (SELECT id, scope_key, session_id, created_at, live,
                        count(*) FILTER (WHERE live) OVER (PARTITION BY scope_key, session_id
                                                           ORDER BY created_at, id) AS upto
                 FROM c WHERE session_id IS NOT NULL) counted),
-    b AS (SELECT o.id, p.id AS prev FROM o JOIN o p
+    b AS MATERIALIZED (SELECT o.id, p.id AS prev FROM o JOIN o p
             ON p.scope_key = o.scope_key AND p.session_id = o.session_id AND p.upto = o.before AND p.live
           WHERE {_nothing_live_between("p", "o")}),
-    a AS (SELECT o.id, n.id AS next FROM o JOIN o n
+    a AS MATERIALIZED (SELECT o.id, n.id AS next FROM o JOIN o n
             ON n.scope_key = o.scope_key AND n.session_id = o.session_id AND n.upto = o.after AND n.live
           LEFT JOIN b ON b.id = n.id
           WHERE CASE WHEN o.live THEN b.prev = o.id ELSE {_nothing_live_between("o", "n")} END)"""
