@@ -313,7 +313,8 @@ def _nothing_live_between(a: str, b: str) -> str:
 # per candidate, each time joining `o` with itself: ~100 ms a search at 1M memories over 1,000
 # scopes, against 7 ms with each step run once (90 candidates).
 _NEIGHBOURS = f"""
-    o AS MATERIALIZED (SELECT id, scope_key, session_id, created_at, live, upto, upto - live::int AS before, upto + 1 AS after
+    o AS MATERIALIZED (SELECT id, scope_key, session_id, created_at, live, upto,
+                              upto - live::int AS before, upto + 1 AS after
           FROM (SELECT id, scope_key, session_id, created_at, live,
                        count(*) FILTER (WHERE live) OVER (PARTITION BY scope_key, session_id
                                                           ORDER BY created_at, id) AS upto
