@@ -292,40 +292,57 @@ def _session_neighbour(column: str, before: bool) -> str:
              ORDER BY p.created_at {order}, p.id {order} LIMIT 1)"""
 
 
-def _nothing_live_between(a: str, b: str) -> str:
-    """No live memory of `a`'s scope and session lies strictly between rows `a` and `b` (by
-    created_at, id): a range of memories_session_order_idx, read up to its first live memory."""
+def _nothing_live_between(row: str, low: tuple[str, str], high: tuple[str, str]) -> str:
+    """No live memory of `row`'s scope and session lies strictly between (created_at, id) `low`
+    and `high`: a range of memories_session_order_idx, read up to its first live memory."""
     return f"""NOT EXISTS (SELECT 1 FROM memories x
-                 WHERE x.scope_key = {a}.scope_key AND x.session_id = {a}.session_id AND {_live("x")}
-                   AND (x.created_at, x.id) > ({a}.created_at, {a}.id)
-                   AND (x.created_at, x.id) < ({b}.created_at, {b}.id))"""
+                 WHERE x.scope_key = {row}.scope_key AND x.session_id = {row}.session_id AND {_live("x")}
+                   AND (x.created_at, x.id) > ({low[0]}, {low[1]}) AND (x.created_at, x.id) < ({high[0]}, {high[1]}))"""
 
 
 # Each candidate's session neighbours among the candidates (`c`): the live memory just before it
 # (or after it) in its scope and session (`_session_neighbour`), where that memory is a candidate.
 # Only those lift a candidate (expansion.lifts), and a candidate can only be one if it is the
-# nearest live candidate on that side: the one whose running count of live candidates in the
-# session (`upto`) is the candidate's `before` (or `after`). One probe then checks that no live
-# memory lies between. A live pair is probed once, for the later one's `prev`, and the earlier
-# one's `next` reads that answer; a candidate that is not live gets a probe of its own for `next`.
-# Each step is MATERIALIZED: the planner estimates `c` at one row where the scope is a small part
-# of the table (it takes the scope and the ids as independent), and then ran `a`, inlined, once
-# per candidate, each time joining `o` with itself: ~100 ms a search at 1M memories over 1,000
-# scopes, against 7 ms with each step run once (90 candidates).
+# nearest live candidate on that side, which window functions over `c` name without a join:
+# for a live candidate the live one before it (lag) or after it (lead); for one that is not
+# live, the first of those sharing its running count of live candidates, counted forwards
+# (`upto`: the live one at or before it) or backwards (`downto`). One probe then checks that no
+# live memory lies between. A live pair is probed once, for the later one's `prev`, and the
+# earlier one's `next` reads that answer; a candidate that is not live gets a probe of its own
+# for `next`. No step joins the candidates with themselves: the planner estimates `c` at one
+# row where the scope is a small part of the table (it takes the scope and the ids as
+# independent), and a self-join it then ran once per candidate cost ~100 ms a search at 1M
+# memories over 1,000 scopes (3.5 ms this way, by hand on ~90 candidates).
 _NEIGHBOURS = f"""
-    o AS MATERIALIZED (SELECT id, scope_key, session_id, created_at, live, upto,
-                              upto - live::int AS before, upto + 1 AS after
-          FROM (SELECT id, scope_key, session_id, created_at, live,
-                       count(*) FILTER (WHERE live) OVER (PARTITION BY scope_key, session_id
-                                                          ORDER BY created_at, id) AS upto
-                FROM c WHERE session_id IS NOT NULL) counted),
-    b AS MATERIALIZED (SELECT o.id, p.id AS prev FROM o JOIN o p
-            ON p.scope_key = o.scope_key AND p.session_id = o.session_id AND p.upto = o.before AND p.live
-          WHERE {_nothing_live_between("p", "o")}),
-    a AS MATERIALIZED (SELECT o.id, n.id AS next FROM o JOIN o n
-            ON n.scope_key = o.scope_key AND n.session_id = o.session_id AND n.upto = o.after AND n.live
-          LEFT JOIN b ON b.id = n.id
-          WHERE CASE WHEN o.live THEN b.prev = o.id ELSE {_nothing_live_between("o", "n")} END)"""
+    o AS (SELECT c.*,
+                 count(*) FILTER (WHERE live) OVER (PARTITION BY scope_key, session_id
+                                                    ORDER BY created_at, id) AS upto,
+                 count(*) FILTER (WHERE live) OVER (PARTITION BY scope_key, session_id
+                                                    ORDER BY created_at DESC, id DESC) AS downto
+          FROM c),
+    p AS (SELECT o.*,
+                 CASE WHEN live THEN lag(id) OVER lw WHEN upto > 0 THEN first_value(id) OVER ug END AS pc,
+                 CASE WHEN live THEN lag(created_at) OVER lw
+                      WHEN upto > 0 THEN first_value(created_at) OVER ug END AS pc_at,
+                 CASE WHEN live THEN lead(id) OVER lw WHEN downto > 0 THEN first_value(id) OVER dg END AS nc,
+                 CASE WHEN live THEN lead(created_at) OVER lw
+                      WHEN downto > 0 THEN first_value(created_at) OVER dg END AS nc_at
+          FROM o
+          WINDOW lw AS (PARTITION BY scope_key, session_id, live ORDER BY created_at, id),
+                 ug AS (PARTITION BY scope_key, session_id, upto ORDER BY created_at, id),
+                 dg AS (PARTITION BY scope_key, session_id, downto ORDER BY created_at DESC, id DESC)),
+    q AS MATERIALIZED (
+          SELECT w.*, CASE WHEN w.session_id IS NOT NULL AND w.pc IS NOT NULL
+                                AND {_nothing_live_between("w", ("w.pc_at", "w.pc"), ("w.created_at", "w.id"))}
+                           THEN w.pc END AS prev
+          FROM p w)
+    SELECT w.id, w.created_at, w.access_count, w.has_facts, w.similarity, w.bm25, w.prev,
+           CASE WHEN w.session_id IS NULL OR w.nc IS NULL THEN NULL
+                WHEN w.live THEN CASE WHEN lead(w.prev) OVER (PARTITION BY w.scope_key, w.session_id, w.live
+                                                              ORDER BY w.created_at, w.id) = w.id THEN w.nc END
+                WHEN {_nothing_live_between("w", ("w.created_at", "w.id"), ("w.nc_at", "w.nc"))} THEN w.nc
+           END AS next
+    FROM q w"""
 
 
 async def candidate_rows(
@@ -349,8 +366,7 @@ async def candidate_rows(
                {score} AS bm25{placing}
         FROM memories m WHERE {where.sql()}"""
     if neighbours:
-        sql = (f"WITH c AS MATERIALIZED ({sql}), {_NEIGHBOURS}"
-               " SELECT c.*, b.prev, a.next FROM c LEFT JOIN b USING (id) LEFT JOIN a USING (id)")
+        sql = f"WITH c AS MATERIALIZED ({sql}), {_NEIGHBOURS}"
     rows = await conn.fetch(sql, *where.params)
     return [CandidateRow(r["id"], r["created_at"], r["access_count"], r["similarity"], r["has_facts"],
                          tuple(x for x in (r["prev"], r["next"]) if x is not None) if neighbours else (),
