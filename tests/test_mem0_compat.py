@@ -148,6 +148,25 @@ async def test_search_results_read_as_mem0_code_reads_them(client, app):
     assert fields["results"][0] == {"id": dog, "memory": "My dog is called Rex"}
 
 
+async def test_a_reranked_search_keeps_score_and_threshold_on_one_scale_and_adds_rerank_score(client, app):
+    """As mem0 does: `score` is relevance before the rerank and `threshold` applies to it, so a
+    cross-encoder logit (any real number) is never compared with it; the rerank orders the
+    results and shows as `rerank_score`."""
+    await add_raw(client, "Pia keeps bees in the garden", "Pia sells honey at the market",
+                  "Pia's bees swarmed in May", "Quentin repairs bicycles", user_id="pia")
+    plain = await call(client.search, "Pia's bees and honey", filters={"user_id": "pia"}, threshold=0.0)
+    reranked = await call(client.search, "Pia's bees and honey", filters={"user_id": "pia"}, threshold=0.0,
+                          rerank=True)
+    by_id = {r["id"]: r["score"] for r in plain["results"]}
+    assert {r["id"]: r["score"] for r in reranked["results"]} == by_id
+    assert all("rerank_score" not in r for r in plain["results"])
+    rerank_scores = [r["rerank_score"] for r in reranked["results"]]
+    assert rerank_scores == sorted(rerank_scores, reverse=True)
+    cut = sorted(by_id.values())[1]  # all but the least relevant
+    above = await call(client.search, "Pia's bees and honey", filters={"user_id": "pia"}, threshold=cut, rerank=True)
+    assert {r["id"] for r in above["results"]} == {i for i, score in by_id.items() if score >= cut}
+
+
 async def test_get_all_selects_by_entity_and_pages(client):
     alice = await add_raw(client, *(f"alice's note number {i}" for i in range(5)), user_id="alice")
     with_bot = await add_raw(client, "alice told the bot her birthday", user_id="alice", agent_id="bot")
