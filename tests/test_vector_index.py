@@ -5,6 +5,7 @@ vectors of a model or the lexical index's sparse BM25 vectors."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import sys
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -21,6 +22,10 @@ from worker.index_maintenance import IndexOptimizer
 DIM = 8
 NOW = datetime(2025, 6, 1, tzinfo=timezone.utc)
 ALL = Filters(EVERYTHING)  # every live point of the scope
+
+# qdrant-client's :memory: engine warns that it ignores payload indexes and search params.
+pytestmark = [pytest.mark.filterwarnings("ignore:Payload indexes have no effect:UserWarning"),
+              pytest.mark.filterwarnings("ignore:Local mode performs exact:UserWarning")]
 
 
 @pytest.fixture(params=["dense", "sparse"])
@@ -236,6 +241,73 @@ async def test_an_edge_shard_links_its_graph_by_scope_only_and_one_made_before_i
     assert [h.id for h in hits] == [point.id]
     await reopened.close()
     assert _hnsw_links_by_field(tmp_path / "old") == links
+
+
+class _Recording:
+    """qdrant-client, recording each call's arguments by name: its :memory: engine keeps no
+    payload index params (payload_schema stays empty) and ignores search params."""
+
+    def __init__(self, client) -> None:
+        self._client = client
+        self.calls: list[tuple[str, dict]] = []
+
+    def __getattr__(self, name: str):
+        method = getattr(self._client, name)
+
+        async def record(*args, **kwargs):
+            self.calls.append((name, inspect.signature(method).bind(*args, **kwargs).arguments))
+            return await method(*args, **kwargs)
+
+        return record
+
+
+async def _recorded_server(kind: str) -> tuple[QdrantServerIndex, _Recording]:
+    from qdrant_client import AsyncQdrantClient
+
+    client = _Recording(AsyncQdrantClient(location=":memory:"))
+    index = QdrantServerIndex(client, "recorded")
+    await (index.ensure(model="m", dim=DIM) if kind == "dense" else index.ensure_sparse())
+    return index, client
+
+
+async def test_a_qdrant_server_collection_gets_the_edge_shards_payload_indexes(tmp_path):
+    """HNSW links by the scope's parts only, user and agent as tenants, as an edge shard's
+    (vector_index._field_indexes); made once, with the collection."""
+    from qdrant_client import models as m
+
+    index, client = await _recorded_server("dense")
+    made = {call["field_name"]: call["field_schema"] for name, call in client.calls if name == "create_payload_index"}
+
+    def keyword(tenant: bool, linked: bool):
+        return m.KeywordIndexParams(type="keyword", is_tenant=tenant, enable_hnsw=linked)
+
+    assert made == {
+        "user_id": keyword(True, True), "agent_id": keyword(True, True), "run_id": keyword(False, True),
+        **{name: keyword(False, False) for name in ("type", "tags", "who", "source_type", "trust", "memory_type")},
+        "deleted": m.IntegerIndexParams(type="integer", lookup=True, range=True, enable_hnsw=False),
+        **{name: m.FloatIndexParams(type="float", enable_hnsw=False) for name in ("created_at", "confidence",
+                                                                                  "expires_at")},
+    }
+    edge = EdgeIndex(tmp_path / "shard")
+    await edge.ensure(model="m", dim=DIM)
+    await edge.close()
+    assert {name: params.enable_hnsw for name, params in made.items()} == _hnsw_links_by_field(tmp_path / "shard")
+    calls = len(client.calls)
+    await index.ensure(model="m", dim=DIM)
+    assert [name for name, _ in client.calls[calls:]] == ["collection_exists"]
+    await index.close()
+
+
+async def test_a_qdrant_server_searches_dense_vectors_with_acorn_and_sparse_ones_without(kind, vec):
+    """As EdgeIndex.search: a filter passing few points the graph walk meets looks past them."""
+    from qdrant_client import models as m
+
+    index, client = await _recorded_server(kind)
+    await index.upsert([point := _point(vec(1))])
+    assert [h.id for h in await index.search(point.vector, Scope(user_id="u"), ALL, 1)] == [point.id]
+    [params] = [call.get("search_params") for name, call in client.calls if name == "query_points"]
+    assert params == (m.SearchParams(acorn=m.AcornSearchParams(enable=True)) if kind == "dense" else None)
+    await index.close()
 
 
 @pytest.mark.parametrize("scope, filters", [
