@@ -87,8 +87,9 @@ async def test_past_its_budget_the_rerank_reorders_the_fused_top_it_could_score_
                                     "expected to score in ENGRAM_RERANK_BUDGET_MS (1 ms)"]
 
 
-def test_the_cross_encoder_scores_the_longest_prefix_its_measured_speed_fits_in_the_time_left(reranker, monkeypatch):
-    monkeypatch.setattr(reranker, "s_per_token", 0.001)  # 1 ms per padded token
+def test_the_cross_encoder_scores_the_longest_prefix_its_prices_fit_in_the_time_left(reranker, monkeypatch):
+    monkeypatch.setattr(reranker, "s_per_token", [0.001] * 513)  # 1 ms per padded token at any width
+    monkeypatch.setattr(reranker, "speed", 1.0)
     # Runs of up to 4 texts sorted by length, each padded to its longest: the first 5 texts
     # (10, 50, 20, 40, 30 tokens) are the runs [10, 20, 30, 40] and [50]: 4 * 40 + 50 = 210 ms.
     lengths = [10, 50, 20, 40, 30, 60]
@@ -98,8 +99,35 @@ def test_the_cross_encoder_scores_the_longest_prefix_its_measured_speed_fits_in_
     assert reranker.affordable(lengths, 0.199) == 3  # [10, 20, 50]: 3 * 50 = 150 ms
     assert reranker.affordable(lengths, 10.0) == 6
     assert reranker.affordable(lengths, -1.0) == 1  # the time is up already (queued): the first alone
+    # A longer prefix can cost less: [100, 100, 100, 400] is one run of 1.6 s; one more 100 makes
+    # the runs [100, 100, 100, 100] and [400], 0.8 s.
+    assert reranker.affordable([100, 100, 100, 400, 100], 1.55) == 5
+    monkeypatch.setattr(reranker, "speed", 2.0)  # recent runs went at half the measured speed
+    assert reranker.affordable(lengths, 0.2101) == 2  # [10, 50]: 2 * 2 * 50 = 200 ms
     monkeypatch.setattr(reranker, "s_per_token", None)
     assert reranker.affordable(lengths, 0.0) == 6  # nothing measured yet: all of them
+
+
+def test_a_wide_run_is_priced_at_its_own_widths_cost_per_token(reranker, monkeypatch):
+    """Attention grows with a run's width: 4 texts of 400 tokens cost more per token than 16 of
+    100, and are priced so."""
+    wider = [0.001 * (1 + (w - 128) / 128) for w in range(129, 513)]  # 1 ms per token up to 128 wide
+    monkeypatch.setattr(reranker, "s_per_token", [0.001] * 129 + wider)
+    monkeypatch.setattr(reranker, "speed", 1.0)
+    assert reranker.affordable([100] * 16, 1.6) == 16  # 1,600 tokens at 1 ms
+    assert reranker.affordable([400] * 4, 1.6) == 1  # 400 tokens at 3.125 ms: 1.25 s alone, 5 s for 4
+
+
+def test_the_price_follows_how_fast_the_model_runs_went(reranker, monkeypatch):
+    monkeypatch.setattr(reranker, "s_per_token", [1e-9] * 513)  # far cheaper than any machine runs it
+    monkeypatch.setattr(reranker, "speed", 1.0)
+    reranker._score_all("boats", ["a memory about boats"] * 4, threading.Event())
+    assert reranker.speed > 1000  # moved a fifth of the way to the run's own speed
+
+
+def test_opening_the_cross_encoder_prices_each_run_width(reranker):
+    assert len(reranker.s_per_token) == reranker.max_tokens + 1
+    assert all(price > 0 for price in reranker.s_per_token[1:])
 
 
 async def test_time_queued_behind_other_reranks_is_spent_from_the_budget(reranker):

@@ -7,10 +7,12 @@ order is kept and the caller warns `rerank_timeout`. An abandoned run stops at i
 model run, so a slow rerank never holds the event loop nor piles up work.
 
 Within a budget (ENGRAM_RERANK_BUDGET_MS), the cross-encoder scores as many of the fused top
-as it expects to finish in the time left when its turn comes: its cost per padded token,
-measured on its own recent model runs, prices each prefix of the list. The same code costs
-about 2x more on some of our machines than others, and a machine's speed drifts by the minute;
-so a slow machine or a queue of reranks shortens the list reranked, never the budget.
+as it expects to finish in the time left when its turn comes. It prices each prefix of the list
+by its own cost per padded token, measured at open for a few widths (a token of a 512-token run
+costs ~2.4x one of a 128-token run: attention grows with the width) and scaled by how fast its
+recent model runs went. The same code costs about 2x more on some of our machines than others,
+and a machine's speed drifts by the minute; so a slow machine or a queue of reranks shortens
+the list reranked, never the budget.
 
 `LLMReranker` instead asks the primary LLM provider, if the operator declared its model
 rerank-capable (ENGRAM_LLM_RERANK), for a 0-10 score per passage. That is async I/O under the
@@ -21,6 +23,7 @@ order with the warning `rerank_failed`.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import threading
 import time
@@ -107,26 +110,32 @@ class CrossEncoder:
     # cut a 20-pair rerank's p95 to 0.77x of one pair per run at the same quality; 10 gained
     # nothing and 20 was 1.5x slower (padding, and the int8 kernels' cache footprint).
     BATCH = 4
-    # How fast the cost per token follows this machine's speed: each run moves it this much of
-    # the way to the run's own.
+    # Run widths (tokens) whose cost per token open() measures; widths between are priced by
+    # straight lines between them, shorter ones as the shortest.
+    PRICED_WIDTHS = (32, 128, 256, 512)
+    # How fast the price follows this machine's speed: each run moves the speed factor this
+    # much of the way to the run's own.
     COST_SMOOTHING = 0.2
 
     def __init__(self, files: CrossEncoderFiles, session, tokenizer) -> None:
         self.name = files.name
         self.batch = self.BATCH
+        self.max_tokens = files.max_tokens
         self._session = session
         self._tokenizer = tokenizer
         self._inputs = {i.name for i in session.get_inputs()}
         # One thread: reranks queue behind each other instead of fighting for 2 cores. Once
-        # open() is done, only it reads and writes the cost per padded token (seconds; None
-        # until a run is measured).
+        # open() is done, only it reads and writes the prices.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rerank")
-        self.s_per_token: float | None = None
+        # Seconds per padded token of a run `width` tokens wide, as measured at open (None
+        # until then: every text is affordable), and how much slower recent runs went.
+        self.s_per_token: list[float] | None = None
+        self.speed = 1.0
 
     @classmethod
     def open(cls, files: CrossEncoderFiles, *, threads: int = 2) -> "CrossEncoder":
-        """Load after checking the SHA-256; raises ModelFileMismatch on a wrong file. A few
-        warm-up runs (the first runs of a session allocate) give the first cost per token."""
+        """Load after checking the SHA-256; raises ModelFileMismatch on a wrong file; then price
+        runs of each of PRICED_WIDTHS (~1 s on our machines)."""
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
@@ -140,12 +149,26 @@ class CrossEncoder:
         tokenizer.no_padding()  # the shipped tokenizer pads every pair to 512 tokens
         tokenizer.enable_truncation(max_length=files.max_tokens)
         encoder = cls(files, session, tokenizer)
-        warm_up = ["a memory of about the length of a short conversational turn, said once " * 2] * cls.BATCH
-        encoder._score_all("what was said?", warm_up, threading.Event())
-        encoder.s_per_token = None  # a session's first run allocates: not this machine's speed
-        for _ in range(2):
-            encoder._score_all("what was said?", warm_up, threading.Event())
+        encoder._price()
         return encoder
+
+    def _price(self) -> None:
+        """Each priced width's seconds per token: the faster of two runs of BATCH rows (a
+        session's first run of a shape allocates)."""
+        measured = {}
+        for width in (w for w in self.PRICED_WIDTHS if w <= self.max_tokens):
+            ones = np.ones((self.batch, width), dtype=np.int64)
+            feeds = {"input_ids": ones * 1000, "attention_mask": ones, "token_type_ids": ones * 0}
+            seconds = []
+            for _ in range(2):
+                started = time.perf_counter()
+                self._session.run(None, {k: v for k, v in feeds.items() if k in self._inputs})
+                seconds.append(time.perf_counter() - started)
+            measured[width] = min(seconds) / (self.batch * width)
+        widths = sorted(measured)
+        self.s_per_token = [float(np.interp(width, widths, [measured[w] for w in widths]))
+                            for width in range(self.max_tokens + 1)]
+        self.speed = 1.0
 
     def _runs(self, lengths: list[int]) -> list[list[int]]:
         """The model runs scoring texts of these token counts: up to `batch` of similar length
@@ -153,16 +176,25 @@ class CrossEncoder:
         order = sorted(range(len(lengths)), key=lambda i: lengths[i])
         return [order[start:start + self.batch] for start in range(0, len(order), self.batch)]
 
+    def _run_seconds(self, rows: int, width: int) -> float:
+        return self.speed * rows * width * self.s_per_token[min(width, len(self.s_per_token) - 1)]
+
     def affordable(self, lengths: list[int], seconds: float) -> int:
         """How many of the first texts (of these token counts) the runs scoring them are
-        expected to finish within `seconds`, at the measured cost per padded token: all of them
-        before any run is measured, at least one."""
+        expected to finish within `seconds`: the longest such prefix, at least one; all of them
+        before any price is measured."""
         if self.s_per_token is None:
             return len(lengths)
-        count = len(lengths)
-        while count > 1 and self.s_per_token * sum(
-                len(run) * max(lengths[i] for i in run) for run in self._runs(lengths[:count])) > seconds:
-            count -= 1
+        cheapest = self.speed * min(self.s_per_token[1:])
+        count, ordered, tokens = min(1, len(lengths)), [], 0
+        for n, length in enumerate(lengths, 1):
+            tokens += length
+            if cheapest * tokens > seconds:  # a lower bound that only grows: no longer prefix fits
+                break
+            bisect.insort(ordered, length)
+            if sum(self._run_seconds(len(ordered[i:i + self.batch]), ordered[min(i + self.batch, n) - 1])
+                   for i in range(0, n, self.batch)) <= seconds:
+                count = n
         return count
 
     def _score_all(self, query: str, texts: list[str], cancelled: threading.Event,
@@ -187,9 +219,9 @@ class CrossEncoder:
                 feeds["token_type_ids"][row, :n] = enc.type_ids
             started = time.perf_counter()
             logits = self._session.run(None, {k: v for k, v in feeds.items() if k in self._inputs})[0]
-            cost = (time.perf_counter() - started) / (len(run) * width)
-            self.s_per_token = cost if self.s_per_token is None else (
-                self.s_per_token + self.COST_SMOOTHING * (cost - self.s_per_token))
+            if self.s_per_token is not None:
+                took = (time.perf_counter() - started) / self._run_seconds(len(run), width) * self.speed
+                self.speed += self.COST_SMOOTHING * (took - self.speed)
             for row, i in enumerate(run):
                 out[i] = float(logits[row][0])
         return out
