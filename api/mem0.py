@@ -30,9 +30,10 @@ How mem0's concepts map onto Engram's:
   nothing deleted): use delete_all. A batch delete within the threshold deletes each memory by
   id. So does a batch update (at most 100), each with the
   reason; every id is checked first, so a missing one changes nothing.
-* A search's `score` and `threshold` are relevance before any rerank (mem0 filters by threshold
-  before its reranker); a reranked result adds the cross-encoder's `rerank_score`, as mem0's
-  rerankers do, and the rerank orders the results.
+* A search's `score` is relevance before any rerank, and `threshold` leaves out what scores
+  below it before the rerank and the limit (mem0 filters by threshold before its reranker); each
+  reranked result adds the cross-encoder's `rerank_score`, as mem0's rerankers do, and the rerank
+  orders the results.
 * A deleted memory answers 404, as on mem0; its history stays readable. A memory in a scope
   the key may not touch answers exactly as a missing one.
 * Errors keep Engram's `{"error": {"type", "detail"}}` and add a top-level `detail`, from which
@@ -266,15 +267,16 @@ async def search(body: SearchBody, request: Request, caller: Caller):
     req = SearchRequest(query=body.query, scope=selection.scope(), filters=selection.filters(),
                         limit=next((n for n in (body.top_k, body.limit) if n is not None), 10), rerank=body.rerank,
                         include_expired=bool(body.show_expired))
-    found = await _service(request).search(caller, req)
+    # The threshold applies before the rerank and the limit (as mem0's does), so a rerank
+    # never pulls below-threshold memories into the top `limit` only for them to be dropped.
+    found = await _service(request).search(caller, req, min_score=body.threshold)
     # One scale for every result's `score`, reranked or not (see the module's docstring).
     weight = request.app.state.runtime.settings.rank_access_weight
     results = []
     for h in found.results:
         c = h.components
-        score = c.fused + c.expansion + weight * c.access
-        if body.threshold is None or score >= body.threshold:
-            results.append(shown(h.memory, score) | ({} if c.rerank is None else {"rerank_score": h.score}))
+        score = c.fused + c.expansion + weight * c.access  # as pipeline._first_order: h.score before a rerank
+        results.append(shown(h.memory, score) | ({} if c.rerank is None else {"rerank_score": c.rerank}))
     if body.fields:
         results = [{name: r[name] for name in body.fields if name in r} for r in results]
     return {"results": results}

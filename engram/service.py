@@ -474,7 +474,8 @@ class MemoryService:
     # -- recall -------------------------------------------------------------------------------
 
     @_speaks_domain_errors
-    async def search(self, principal: auth.Principal, req: SearchRequest) -> SearchResponse:
+    async def search(self, principal: auth.Principal, req: SearchRequest, *,
+                     min_score: float | None = None) -> SearchResponse:
         principal.require("search", req.scope)
         s = self._settings
         top_n = req.rerank_top_n if req.rerank_top_n is not None else s.rerank_top_n
@@ -485,7 +486,8 @@ class MemoryService:
                           include_expired=req.include_expired, now=self.clock())
         # A result whose row does not match its history is quarantined and leaves recall at once.
         hits, warnings, explain = await self._recall.search(
-            req.query, req.scope, filters, RecallOptions(limit=req.limit, rerank=rerank, rerank_top_n=top_n),
+            req.query, req.scope, filters, RecallOptions(limit=req.limit, rerank=rerank, rerank_top_n=top_n,
+                                                          min_score=min_score),
             verify=self._integrity.judge)
         self._accesses.add([h.memory.id for h in hits])
         return SearchResponse(results=hits, warnings=warnings, explain=explain.stages if req.explain else None)

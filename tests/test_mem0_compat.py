@@ -167,6 +167,24 @@ async def test_a_reranked_search_keeps_score_and_threshold_on_one_scale_and_adds
     assert {r["id"] for r in above["results"]} == {i for i, score in by_id.items() if score >= cut}
 
 
+async def test_the_threshold_leaves_memories_out_before_the_rerank_and_the_limit(client, app):
+    """The rerank's favourite is below the threshold: with top_k 1 the answer is the best of
+    those above it, not an empty list (the favourite taken, then dropped)."""
+    await add_raw(client, "Rhea Rhea garden garden garden bees bees bees honey honey honey",
+                  "Rhea keeps three hives at the bottom of her garden and sells their honey each autumn",
+                  "Rhea's bees", "Honey from Rhea's garden bees", user_id="rhea")
+    query = "does Rhea keep bees in her garden for honey?"
+    plain = await call(client.search, query, filters={"user_id": "rhea"}, threshold=0.0)
+    reranked = await call(client.search, query, filters={"user_id": "rhea"}, threshold=0.0, rerank=True)
+    score = {r["id"]: r["score"] for r in plain["results"]}
+    favourite = reranked["results"][0]["id"]
+    above = [i for i in score if score[i] > score[favourite]]
+    assert above, "the data must make the rerank favour a memory of lower relevance"
+    threshold = min(score[i] for i in above)
+    one = await call(client.search, query, filters={"user_id": "rhea"}, threshold=threshold, rerank=True, top_k=1)
+    assert [r["id"] for r in one["results"]] == [next(r["id"] for r in reranked["results"] if r["id"] in above)]
+
+
 async def test_get_all_selects_by_entity_and_pages(client):
     alice = await add_raw(client, *(f"alice's note number {i}" for i in range(5)), user_id="alice")
     with_bot = await add_raw(client, "alice told the bot her birthday", user_id="alice", agent_id="bot")

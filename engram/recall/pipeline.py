@@ -71,6 +71,9 @@ class RecallOptions:
     limit: int
     rerank: bool
     rerank_top_n: int
+    # Leave out hits whose relevance before any rerank is below this, before the rerank (as
+    # mem0's `threshold`): the rerank then orders only those kept.
+    min_score: float | None = None
 
 
 async def _verified(hits: list[SearchHit], sealed: list[asyncpg.Record], wanted: int, verify: Verify
@@ -154,6 +157,8 @@ class Recall:
             hits, checked = await _verified(hits, sealed, wanted, verify)
             explain.stage("verify", t, checked=checked)
         hits = hits[:wanted]
+        if opts.min_score is not None:  # relevance before any rerank: `hits` are in its order
+            hits = [h for h in hits if h.score >= opts.min_score]
         warnings: list[str] = []
         if opts.rerank:
             t = time.perf_counter()
