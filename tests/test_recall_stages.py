@@ -20,6 +20,7 @@ from engram.domain.errors import ModelFileMismatch
 from engram.domain.filters import Filters
 from engram.domain.models import Scope
 from engram.inference.embedder import Embedder, minilm_files
+from engram.recall import rerank as rerank_module
 from engram.recall.rerank import CrossEncoder, ms_marco_files, with_context
 from engram.store import memories
 from tests.conftest import DEFAULT_MODEL
@@ -118,11 +119,18 @@ def test_a_wide_run_is_priced_at_its_own_widths_cost_per_token(reranker, monkeyp
     assert reranker.affordable([400] * 4, 1.6) == 1  # 400 tokens at 3.125 ms: 1.25 s alone, 5 s for 4
 
 
-def test_the_price_follows_how_fast_the_model_runs_went(reranker, monkeypatch):
-    monkeypatch.setattr(reranker, "s_per_token", [1e-9] * 513)  # far cheaper than any machine runs it
-    monkeypatch.setattr(reranker, "speed", 1.0)
-    reranker._score_all("boats", ["a memory about boats"] * 4, threading.Event())
-    assert reranker.speed > 1000  # moved a fifth of the way to the run's own speed
+@pytest.mark.parametrize("ratio, moved_to", [(3.0, 2.2), (100.0, 3.2)])  # 2 + 0.2 * (min(ratio, 4 * 2) - 2)
+def test_each_run_moves_the_speed_a_fifth_of_the_way_to_its_own_at_most_4x(reranker, monkeypatch, ratio, moved_to):
+    """A run that took `ratio` times its price at speed 1 moves the speed (2, runs went at half
+    the measured speed) a fifth of the way to `ratio`; a stalled one counts as 4x the speed."""
+    monkeypatch.setattr(reranker, "s_per_token", [1e-3] * 513)
+    monkeypatch.setattr(reranker, "speed", 2.0)
+    texts = ["a memory about boats"] * 4  # one run of 4
+    width = max(len(e.ids) for e in reranker._tokenizer.encode_batch([("boats", t) for t in texts]))
+    ticks = iter([0.0, ratio * 4 * width * 1e-3])  # the run's start and end
+    monkeypatch.setattr(rerank_module, "perf_counter", lambda: next(ticks))
+    reranker._score_all("boats", texts, threading.Event())
+    assert reranker.speed == pytest.approx(moved_to)
 
 
 def test_opening_the_cross_encoder_prices_each_run_width(reranker):

@@ -27,6 +27,7 @@ import bisect
 import logging
 import threading
 import time
+from time import perf_counter  # tests replace this module's clock alone
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,14 +157,14 @@ class CrossEncoder:
         """Each priced width's seconds per token: the faster of two runs of BATCH rows (a
         session's first run of a shape allocates)."""
         measured = {}
-        for width in (w for w in self.PRICED_WIDTHS if w <= self.max_tokens):
+        for width in sorted({w for w in self.PRICED_WIDTHS if w < self.max_tokens} | {self.max_tokens}):
             ones = np.ones((self.batch, width), dtype=np.int64)
             feeds = {"input_ids": ones * 1000, "attention_mask": ones, "token_type_ids": ones * 0}
             seconds = []
             for _ in range(2):
-                started = time.perf_counter()
+                started = perf_counter()
                 self._session.run(None, {k: v for k, v in feeds.items() if k in self._inputs})
-                seconds.append(time.perf_counter() - started)
+                seconds.append(perf_counter() - started)
             measured[width] = min(seconds) / (self.batch * width)
         widths = sorted(measured)
         self.s_per_token = [float(np.interp(width, widths, [measured[w] for w in widths]))
@@ -185,6 +186,8 @@ class CrossEncoder:
         before any price is measured."""
         if self.s_per_token is None:
             return len(lengths)
+        if self._cost(sorted(lengths)) <= seconds:  # the usual case: one pricing, not one per prefix
+            return len(lengths)
         cheapest = self.speed * min(self.s_per_token[1:])
         count, ordered, tokens = min(1, len(lengths)), [], 0
         for n, length in enumerate(lengths, 1):
@@ -192,10 +195,15 @@ class CrossEncoder:
             if cheapest * tokens > seconds:  # a lower bound that only grows: no longer prefix fits
                 break
             bisect.insort(ordered, length)
-            if sum(self._run_seconds(len(ordered[i:i + self.batch]), ordered[min(i + self.batch, n) - 1])
-                   for i in range(0, n, self.batch)) <= seconds:
+            if self._cost(ordered) <= seconds:
                 count = n
         return count
+
+    def _cost(self, ordered: list[int]) -> float:
+        """Expected seconds of the runs scoring texts of these token counts, sorted (as _runs)."""
+        n = len(ordered)
+        return sum(self._run_seconds(min(self.batch, n - i), ordered[min(i + self.batch, n) - 1])
+                   for i in range(0, n, self.batch))
 
     def _score_all(self, query: str, texts: list[str], cancelled: threading.Event,
                    deadline: float | None = None) -> list[float] | None:
@@ -217,10 +225,12 @@ class CrossEncoder:
                 feeds["input_ids"][row, :n] = enc.ids
                 feeds["attention_mask"][row, :n] = enc.attention_mask
                 feeds["token_type_ids"][row, :n] = enc.type_ids
-            started = time.perf_counter()
+            started = perf_counter()
             logits = self._session.run(None, {k: v for k, v in feeds.items() if k in self._inputs})[0]
             if self.s_per_token is not None:
-                took = (time.perf_counter() - started) / self._run_seconds(len(run), width) * self.speed
+                took = (perf_counter() - started) / self._run_seconds(len(run), width) * self.speed
+                # One stalled run (the process paused, say) moves the speed at most 4x its own.
+                took = min(max(took, self.speed / 4), self.speed * 4)
                 self.speed += self.COST_SMOOTHING * (took - self.speed)
             for row, i in enumerate(run):
                 out[i] = float(logits[row][0])
