@@ -210,6 +210,29 @@ def index_points(svc: Service) -> int:
     return int(detail.rsplit(",", 1)[1].split()[0])
 
 
+def wait_indexes_settled(svc: Service, timeout_s: float) -> tuple[float, tuple[int, int], bool, tuple[int, int]]:
+    """Wait until the lexical index holds every memory with its current weights (`/readyz`:
+    `to_index` and `to_reweigh` 0) and neither index is being optimised. Until then search scores
+    the rest in Postgres, the index owner rewrites points, or an optimiser child process holds a
+    core for up to a minute: searching is correct, but not at its steady speed. Returns the
+    seconds waited, the (to_index, to_reweigh) seen first, whether an optimisation was running
+    then, and the points (dense, lexical) left to brute force once settled."""
+    started = time.monotonic()
+    first = None
+    while True:
+        ready = svc.client.get("/readyz").json()["components"]
+        lexical, dense = ready["lexical_index"], ready["vector_index"]
+        backlog = (lexical["to_index"], lexical["to_reweigh"])
+        optimising = lexical["optimising"] or dense["optimising"]
+        first = first or (backlog, optimising)
+        if backlog == (0, 0) and not optimising:
+            return time.monotonic() - started, first[0], first[1], (dense["unoptimized"], lexical["unoptimized"])
+        if time.monotonic() - started > timeout_s:
+            raise RuntimeError(f"the lexical index still has {backlog} to write, or an index is being optimised, "
+                               f"after {timeout_s} s")
+        time.sleep(0.25)
+
+
 def wait_jobs_done(svc: Service, job_ids: list[str], *, timeout_s: float = 1800, concurrency: int = 4,
                    progress_every_s: float = 15.0) -> list[dict]:
     """Poll `GET /api/memory/jobs/:id` until every job is `done`; return the final job rows in

@@ -250,7 +250,7 @@ def engram_loaded(size: int, texts: list[str], scope: str) -> Iterator[Side]:
         idle_at, _ = ingest.wait_pipeline_idle(svc, timeout_s=DRAIN_TIMEOUT_S, poll_s=0.25)
         run.ingest_s = idle_at - started
         (run.facts["settle_s"], run.facts["lexical_backlog"], run.facts["was_optimising"],
-         run.facts["unoptimized"]) = _wait_settled(svc)
+         run.facts["unoptimized"]) = common.wait_indexes_settled(svc, DRAIN_TIMEOUT_S)
         run.stored = common.index_points(svc)
         if run.stored != size:
             raise RuntimeError(f"Engram's index holds {run.stored} points, not {size}")
@@ -269,36 +269,13 @@ def engram_loaded(size: int, texts: list[str], scope: str) -> Iterator[Side]:
             """While mem0 loaded, the optimiser may have begun on the points waiting: searching
             waits until it is done, as it waited after the ingest."""
             counts.append(_optimisations(svc))
-            run.facts["resettle_s"] = _wait_settled(svc)[0]
+            run.facts["resettle_s"] = common.wait_indexes_settled(svc, DRAIN_TIMEOUT_S)[0]
 
         yield Side(run, search, lambda: common.tree_cpu_seconds(svc.proc.pid), settle)
         idle = counts[0] if counts else loaded
         run.facts["optimisations"] = (loaded, idle - loaded, _optimisations(svc) - idle)
-        run.facts["unoptimized_at_search"] = _wait_settled(svc)[3]
+        run.facts["unoptimized_at_search"] = common.wait_indexes_settled(svc, DRAIN_TIMEOUT_S)[3]
         run.load.append(os.getloadavg()[0])
-
-
-def _wait_settled(svc: common.Service) -> tuple[float, tuple[int, int], bool, tuple[int, int]]:
-    """Wait until the lexical index holds every memory with its current weights (`/readyz`:
-    `to_index` and `to_reweigh` 0) and neither index is being optimised. Until then search scores
-    the rest in Postgres, the index owner rewrites points, or an optimiser child process holds a
-    core for up to a minute: searching is correct, but not at its steady speed. Returns the
-    seconds waited, the (to_index, to_reweigh) seen first, whether an optimisation was running
-    then, and the points (dense, lexical) left to brute force once settled."""
-    started = time.monotonic()
-    first = None
-    while True:
-        ready = svc.client.get("/readyz").json()["components"]
-        lexical, dense = ready["lexical_index"], ready["vector_index"]
-        backlog = (lexical["to_index"], lexical["to_reweigh"])
-        optimising = lexical["optimising"] or dense["optimising"]
-        first = first or (backlog, optimising)
-        if backlog == (0, 0) and not optimising:
-            return time.monotonic() - started, first[0], first[1], (dense["unoptimized"], lexical["unoptimized"])
-        if time.monotonic() - started > DRAIN_TIMEOUT_S:
-            raise RuntimeError(f"the lexical index still has {backlog} to write, or an index is being optimised, "
-                               f"after {DRAIN_TIMEOUT_S} s")
-        time.sleep(0.25)
 
 
 def _optimisations(svc: common.Service) -> int:

@@ -109,6 +109,8 @@ def measure(svc: common.Service, corpus: Corpus, embedder, asks, rerank_asks, wa
     lexical = svc.client.get("/readyz").json()["components"]["lexical_index"]
     if lexical.get("to_index"):
         raise RuntimeError(f"the lexical index does not hold {lexical['to_index']} memories yet")
+    # An optimisation beside the searches would hold a core (a child process) for a minute or more.
+    print(f"  waited {common.wait_indexes_settled(svc, 3600)[0]:.0f} s for the indexes to settle", flush=True)
     planner = common.planner_stats(svc)
     search_series(svc, "warm-up", corpus, warm_asks)
     search_series(svc, "warm-up", corpus, warm_asks[:3], rerank=True)
@@ -209,7 +211,8 @@ def report(results: list[SizeResult], model: str, scopes: int, pool: int, plots:
         "them are ordered by id), their ADD history events carry no request id, there are no job rows, and "
         "VACUUM ANALYZE ran after each load step. After a step that leaves at least `INDEX_OPTIMIZE_AFTER` "
         "points unoptimised, the loader optimises the dense edge shard (`EdgeIndex.optimize`, a child process), "
-        "as the service's index optimizer would have by then.\n")
+        "as the service's index optimizer would have by then. Each size is measured once the lexical index "
+        "holds every memory and neither index is being optimised.\n")
     out.append(
         "Requests go one at a time from one keep-alive client; each latency is the client's round trip over "
         "loopback HTTP. The latency series is measured without `explain`; a second pass of the same queries "
