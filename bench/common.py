@@ -210,6 +210,23 @@ def index_points(svc: Service) -> int:
     return int(detail.rsplit(",", 1)[1].split()[0])
 
 
+def page_cache_share(path: Path) -> tuple[int, int] | None:
+    """(bytes the OS page cache holds, bytes) of every file under `path`, by util-linux's
+    `fincore`; None without it. A search that meets data outside the page cache reads the disk:
+    at 1M memories (11.7 GB) with 4 GB of it cached, the first pass took 2x as long."""
+    if shutil.which("fincore") is None:
+        return None
+    files = [str(f) for f in path.rglob("*") if f.is_file() and not f.is_symlink()]
+    cached = total = 0
+    for start in range(0, len(files), 500):
+        out = subprocess.run(["fincore", "--bytes", "--noheadings", "--raw", "--output", "RES,SIZE",
+                              *files[start:start + 500]], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            res, size = line.split()
+            cached, total = cached + int(res), total + int(size)
+    return cached, total
+
+
 def wait_indexes_settled(svc: Service, timeout_s: float) -> tuple[float, tuple[int, int], bool, tuple[int, int]]:
     """Wait until the lexical index holds every memory with its current weights (`/readyz`:
     `to_index` and `to_reweigh` 0) and neither index is being optimised. Until then search scores

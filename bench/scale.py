@@ -65,6 +65,7 @@ class SizeResult:
     rerank: Series
     embed: Series
     cpu_ms_per_search: dict[str, float]
+    page_cache: tuple[int, int] | None  # (bytes cached, bytes) of the data directory before the searches
 
 
 def search_series(svc: common.Service, label: str, corpus: Corpus, asks: list[tuple[str, int]],
@@ -112,6 +113,7 @@ def measure(svc: common.Service, corpus: Corpus, embedder, asks, rerank_asks, wa
     # An optimisation beside the searches would hold a core (a child process) for a minute or more.
     print(f"  waited {common.wait_indexes_settled(svc, 3600)[0]:.0f} s for the indexes to settle", flush=True)
     planner = common.planner_stats(svc)
+    page_cache = common.page_cache_share(svc.data_dir)
     search_series(svc, "warm-up", corpus, warm_asks)
     search_series(svc, "warm-up", corpus, warm_asks[:3], rerank=True)
     healthz = get_series(svc, "baseline: GET /healthz", "/healthz", len(asks))
@@ -126,7 +128,7 @@ def measure(svc: common.Service, corpus: Corpus, embedder, asks, rerank_asks, wa
                            rerank=True, rerank_top_n=RERANK_TOP_N)
     embed = embed_series(embedder, asks)
     return SizeResult(size, size // len(corpus.order), load_step, points, planner, healthz, search, explain,
-                      rerank, embed, cpu)
+                      rerank, embed, cpu, page_cache)
 
 
 # -- the run -----------------------------------------------------------------------------------------
@@ -252,6 +254,9 @@ def report(results: list[SizeResult], model: str, scopes: int, pool: int, plots:
                "only those." for r in results if r.per_scope < RERANK_TOP_N)
     out.extend(f"- Postgres planner statistics at {r.size:,} (diagnostic, read from Postgres directly): {r.planner}"
                for r in results)
+    out.extend(f"- At {r.size:,} the OS page cache held {r.page_cache[0] / 2**30:.1f} of the data directory's "
+               f"{r.page_cache[1] / 2**30:.1f} GB before the searches (`fincore`): what it does not hold, a "
+               "scope's first search reads from the disk." for r in results if r.page_cache)
     return "\n".join(out)
 
 
