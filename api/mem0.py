@@ -272,11 +272,9 @@ async def search(body: SearchBody, request: Request, caller: Caller):
     found = await _service(request).search(caller, req, min_score=body.threshold)
     # One scale for every result's `score`, reranked or not (see the module's docstring).
     weight = request.app.state.runtime.settings.rank_access_weight
-    results = []
-    for h in found.results:
-        c = h.components
-        score = c.fused + c.expansion + weight * c.access  # as pipeline._first_order: h.score before a rerank
-        results.append(shown(h.memory, score) | ({} if c.rerank is None else {"rerank_score": c.rerank}))
+    results = [shown(h.memory, h.components.before_rerank(weight))
+               | ({} if h.components.rerank is None else {"rerank_score": h.components.rerank})
+               for h in found.results]
     if body.fields:
         results = [{name: r[name] for name in body.fields if name in r} for r in results]
     return {"results": results}

@@ -386,6 +386,12 @@ class Memory(BaseModel):
         return Scope.model_construct(user_id=self.user_id, agent_id=self.agent_id, run_id=self.run_id)
 
 
+def ranked_score(fused: float, expansion: float, access: float, access_weight: float) -> float:
+    """What ranks a search hit before any rerank: its fused score, the lift its session
+    neighbours gave it, and c·log(1 + access_count) (`access` is the log, c ENGRAM_RANK_ACCESS_WEIGHT)."""
+    return fused + expansion + access_weight * access
+
+
 class ScoreComponents(BaseModel):
     vector: float
     bm25: float
@@ -395,6 +401,10 @@ class ScoreComponents(BaseModel):
     expansion: float
     access: float
     rerank: float | None = None
+
+    def before_rerank(self, access_weight: float) -> float:
+        """The hit's score before any rerank (`ranked_score` of these components)."""
+        return ranked_score(self.fused, self.expansion, self.access, access_weight)
 
 
 class SearchHit(BaseModel):

@@ -33,7 +33,7 @@ import asyncpg
 import numpy as np
 
 from engram.domain.filters import Filters
-from engram.domain.models import Scope, ScoreComponents, SearchHit
+from engram.domain.models import Scope, ScoreComponents, SearchHit, ranked_score
 from engram.inference.embedding_spaces import EmbeddingSpaces, Space
 from engram.inference.vector_index import VectorIndex
 from engram.recall import candidates, expansion, fusion
@@ -271,14 +271,14 @@ class Recall:
         t = explain.stage("fusion", t, vector_weight=s.rank_vector_weight, bm25_weight=s.rank_bm25_weight,
                           raw_with_facts=s.rank_raw_with_facts)
         access = {c.id: math.log1p(c.access_count) for c in found}
-        base = {c.id: fused[c.id] + s.rank_access_weight * access[c.id] for c in found}
+        base = {c.id: ranked_score(fused[c.id], 0.0, access[c.id], s.rank_access_weight) for c in found}  # no lift yet
         rising = expansion.could_rise(base, fused, s.expansion_weight, places)
         around = {c.id: c.around for c in found}  # read with the candidates' rows
         neighbours = {i: around[i] for i in rising}
         lift = expansion.lifts(fused, neighbours, s.expansion_weight)
         explain.stage("expansion", t, weight=s.expansion_weight, looked_up=len(rising),
                       lifted=sum(1 for v in lift.values() if v > 0))
-        ranked = [Ranked(c.id, c.created_at, fused[c.id] + lift[c.id] + s.rank_access_weight * access[c.id],
+        ranked = [Ranked(c.id, c.created_at, ranked_score(fused[c.id], lift[c.id], access[c.id], s.rank_access_weight),
                          dict(vector=c.similarity or 0.0, bm25=c.bm25, vector_norm=vector_norm[c.id],
                               bm25_norm=bm25_norm[c.id], fused=fused[c.id], expansion=lift[c.id],
                               access=access[c.id]))
