@@ -15,6 +15,7 @@ import yaml
 
 from api.cli import build_parser
 from engram.inference.providers import build_provider_chain
+from engram.inference.vector_index import QdrantServerIndex
 from engram.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,6 +157,12 @@ async def test_provider_chain_accepts_the_api_provider_settings(api_settings):
     finally:
         for provider in chain:
             await provider.aclose()
+
+
+def test_the_qdrant_image_is_a_release_the_server_adapter_accepts(services):
+    """QdrantServerIndex refuses a server older than MIN_SERVER at start."""
+    tag = services["qdrant"]["image"].rsplit(":", 1)[1]
+    assert tuple(int(part) for part in tag.lstrip("v").split(".")[:2]) >= QdrantServerIndex.MIN_SERVER
 
 
 @pytest.mark.parametrize("name", ENGRAM_SERVICES)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from engram.domain.auth import EVERYTHING, Principal
+from engram.domain.errors import ConfigError
 from engram.domain.filters import Filters
 from engram.domain.models import Scope
 from engram.inference.vector_index import EdgeIndex, IndexPoint, QdrantServerIndex
@@ -296,6 +297,40 @@ async def test_a_qdrant_server_collection_gets_the_edge_shards_payload_indexes(t
     await index.ensure(model="m", dim=DIM)
     assert [name for name, _ in client.calls[calls:]] == ["collection_exists"]
     await index.close()
+
+
+class _ServerOfVersion:
+    """qdrant-client's :memory: engine reporting another server version (it reports the client's)."""
+
+    def __init__(self, client, version: str) -> None:
+        self._client, self._version = client, version
+
+    def __getattr__(self, name: str):
+        return getattr(self._client, name)
+
+    async def info(self):
+        from qdrant_client import models as m
+
+        return m.VersionInfo(title="qdrant - vector search engine", version=self._version)
+
+
+@pytest.mark.parametrize("version, works", [("1.16.3", False), ("v1.9.0", False), ("", False), ("1.17.0", True),
+                                            ("v1.19.0", True), ("2.0.0-rc1", True)])
+async def test_a_qdrant_server_older_than_1_17_is_refused_by_name_before_any_collection_is_made(version, works):
+    """1.17 is the first to take a payload index's enable_hnsw; an older one would refuse the
+    first payload index with a 400 naming the field, after the collection was made."""
+    from qdrant_client import AsyncQdrantClient
+
+    client = AsyncQdrantClient(location=":memory:")
+    index = QdrantServerIndex(_ServerOfVersion(client, version), "versioned")
+    if works:
+        await index.ensure(model="m", dim=DIM)
+        assert await client.collection_exists("versioned")
+    else:
+        with pytest.raises(ConfigError, match="Engram needs 1.17 or newer"):
+            await index.ensure(model="m", dim=DIM)
+        assert not await client.collection_exists("versioned")
+    await client.close()
 
 
 async def test_a_qdrant_server_searches_dense_vectors_with_acorn_and_sparse_ones_without(kind, vec):

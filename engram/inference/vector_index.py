@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Protocol
 from uuid import UUID
 
+from engram.domain.errors import ConfigError
 from engram.domain.filters import Filters
 from engram.domain.models import SCOPE_PARTS, Scope
 
@@ -376,14 +377,18 @@ class EdgeIndex:
 
 
 class QdrantServerIndex:
-    """A Qdrant server (or qdrant-client's `:memory:` engine, for contract tests only)."""
+    """A Qdrant server (or qdrant-client's `:memory:` engine, for contract tests only), of at
+    least MIN_SERVER: the first release that takes a payload index's `enable_hnsw` (1.17; ACORN
+    came in 1.16). An older server is refused when the collection is first ensured."""
 
     name = "qdrant-server"
+    MIN_SERVER = (1, 17)
 
     def __init__(self, client, collection: str) -> None:
         self._client = client
         self._collection = collection
         self._vector_name = ""
+        self._version_checked = False
 
     async def ensure(self, *, model: str, dim: int) -> None:
         from qdrant_client import models as m
@@ -400,6 +405,7 @@ class QdrantServerIndex:
     async def _create(self, **config) -> None:
         from qdrant_client import models as m
 
+        await self._check_version()
         if await self._client.collection_exists(self._collection):
             # A collection an earlier release made keeps its indexes (HNSW links on every
             # field), unlike an edge shard (EdgeIndex._open). Re-making those whose params
@@ -411,6 +417,20 @@ class QdrantServerIndex:
         for name, kind, tenant, linked in _PAYLOAD_INDEXES:
             await self._client.create_payload_index(self._collection, name,
                                                     _index_params(m, kind, tenant, linked, type=kind))
+
+    async def _check_version(self) -> None:
+        """ConfigError unless the server says it is MIN_SERVER or newer. Without the check, an
+        older server answers the first collection's payload index with a 400 that names a field
+        (`enable_hnsw`), not the version to run."""
+        if self._version_checked:
+            return
+        version = (await self._client.info()).version
+        parts = re.match(r"v?(\d+)\.(\d+)", version or "")
+        if parts is None or (int(parts[1]), int(parts[2])) < self.MIN_SERVER:
+            wanted = ".".join(map(str, self.MIN_SERVER))
+            raise ConfigError(f"the Qdrant server at ENGRAM_QDRANT_URL runs {version or 'an unknown version'}; "
+                              f"Engram needs {wanted} or newer (per-field HNSW links, ACORN)")
+        self._version_checked = True
 
     async def upsert(self, points: list[IndexPoint]) -> None:
         from qdrant_client import models as m
