@@ -12,7 +12,8 @@ by its own cost per padded token, measured at open for a few widths (a token of 
 costs ~2.4x one of a 128-token run: attention grows with the width) and scaled by how fast its
 recent model runs went. The same code costs about 2x more on some of our machines than others,
 and a machine's speed drifts by the minute; so a slow machine or a queue of reranks shortens
-the list reranked, never the budget.
+the list reranked, never the budget. Runs slower than their price stop it early: a run the
+time left cannot pay for is not started, and the answer is the fused prefix scored so far.
 
 `LLMReranker` instead asks the primary LLM provider, if the operator declared its model
 rerank-capable (ENGRAM_LLM_RERANK), for a 0-10 score per passage. That is async I/O under the
@@ -208,16 +209,23 @@ class CrossEncoder:
     def _score_all(self, query: str, texts: list[str], cancelled: threading.Event,
                    deadline: float | None = None) -> list[float] | None:
         """Scores of the first texts, as many as `affordable` before `deadline` (time.monotonic;
-        None: all of them), in `_runs`; the first run's answer is not waited for past a cancel."""
+        None: all of them), in `_runs`; the first run's answer is not waited for past a cancel.
+
+        The runs go in the order of the best-placed text each holds, and past the first, a run
+        the time left cannot pay for is not started: then the answer is the longest prefix of
+        the texts scored. So runs slower than their price cost fewer pairs, not the budget."""
         encodings = self._tokenizer.encode_batch([(query, text) for text in texts])
         lengths = [len(e.ids) for e in encodings]
         if deadline is not None:
             lengths = lengths[:self.affordable(lengths, deadline - time.monotonic())]
-        out = [0.0] * len(lengths)
-        for run in self._runs(lengths):
+        out: list[float | None] = [None] * len(lengths)
+        for number, run in enumerate(sorted(self._runs(lengths), key=min)):
             if cancelled.is_set():
                 return None
             width = max(lengths[i] for i in run)
+            if (number and deadline is not None and self.s_per_token is not None
+                    and time.monotonic() + self._run_seconds(len(run), width) > deadline):
+                break
             feeds = {name: np.zeros((len(run), width), dtype=np.int64)
                      for name in ("input_ids", "attention_mask", "token_type_ids")}
             for row, i in enumerate(run):
@@ -234,7 +242,8 @@ class CrossEncoder:
                 self.speed += self.COST_SMOOTHING * (took - self.speed)
             for row, i in enumerate(run):
                 out[i] = float(logits[row][0])
-        return out
+        scored = next((i for i, score in enumerate(out) if score is None), len(out))
+        return out[:scored]
 
     async def scores(self, query: str, texts: list[str], timeout_s: float,
                      known: tuple[str, ...] = (), budget_s: float | None = None) -> list[float] | None:
