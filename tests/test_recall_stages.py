@@ -8,7 +8,6 @@ import dataclasses
 import os
 import random
 import threading
-import time
 import traceback
 import uuid
 
@@ -136,17 +135,17 @@ def test_each_run_moves_the_speed_a_fifth_of_the_way_to_its_own_at_most_4x(reran
 
 def test_a_run_the_time_left_cannot_pay_for_is_not_started_and_the_scored_prefix_is_the_answer(reranker,
                                                                                              monkeypatch):
-    """Runs priced far below what they take: the budget admits all 12 texts, the first run
-    (the one holding the best-placed text, though not the shortest texts) spends it, and no
-    other starts. The answer is the fused prefix that run scored, each score as a full rerank
-    gives it."""
+    """The budget admits all 12 texts; by the time the first run (the one holding the
+    best-placed text, though not the shortest texts) is done, the time is up, and no other run
+    starts. The answer is the fused prefix that run scored, each score as a full rerank gives it."""
     texts = [f"memory {i}: " + " ".join(["boats and harbours"] * (12 - i)) for i in range(12)]  # first longest
     everything = reranker._score_all("boats", texts, threading.Event())
-    monkeypatch.setattr(reranker, "s_per_token", [1e-9] * 513)
+    monkeypatch.setattr(reranker, "s_per_token", [1e-6] * 513)
     monkeypatch.setattr(reranker, "speed", 1.0)
-    scored = reranker._score_all("boats", texts, threading.Event(), deadline=time.monotonic() + 0.002)
-    assert 1 <= len(scored) < len(texts)  # the run holding text 0 (texts 0-3), and no other
-    assert scored == pytest.approx(everything[:len(scored)], abs=1e-4)
+    clock = iter([0.0, 2.0])  # the budget's check, then the second run's: past the deadline
+    monkeypatch.setattr(rerank_module, "monotonic", lambda: next(clock))
+    scored = reranker._score_all("boats", texts, threading.Event(), deadline=1.0)
+    assert scored == pytest.approx(everything[:4], abs=1e-4)  # the runs: texts 3-0, 7-4, 11-8
 
 
 def test_opening_the_cross_encoder_prices_each_run_width(reranker):

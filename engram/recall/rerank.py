@@ -27,8 +27,7 @@ import asyncio
 import bisect
 import logging
 import threading
-import time
-from time import perf_counter  # tests replace this module's clock alone
+from time import monotonic, perf_counter  # tests replace this module's clocks alone
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,7 +207,7 @@ class CrossEncoder:
 
     def _score_all(self, query: str, texts: list[str], cancelled: threading.Event,
                    deadline: float | None = None) -> list[float] | None:
-        """Scores of the first texts, as many as `affordable` before `deadline` (time.monotonic;
+        """Scores of the first texts, as many as `affordable` before `deadline` (monotonic;
         None: all of them), in `_runs`; the first run's answer is not waited for past a cancel.
 
         The runs go in the order of the best-placed text each holds, and past the first, a run
@@ -217,14 +216,14 @@ class CrossEncoder:
         encodings = self._tokenizer.encode_batch([(query, text) for text in texts])
         lengths = [len(e.ids) for e in encodings]
         if deadline is not None:
-            lengths = lengths[:self.affordable(lengths, deadline - time.monotonic())]
+            lengths = lengths[:self.affordable(lengths, deadline - monotonic())]
         out: list[float | None] = [None] * len(lengths)
         for number, run in enumerate(sorted(self._runs(lengths), key=min)):
             if cancelled.is_set():
                 return None
             width = max(lengths[i] for i in run)
             if (number and deadline is not None and self.s_per_token is not None
-                    and time.monotonic() + self._run_seconds(len(run), width) > deadline):
+                    and monotonic() + self._run_seconds(len(run), width) > deadline):
                 break
             feeds = {name: np.zeros((len(run), width), dtype=np.int64)
                      for name in ("input_ids", "attention_mask", "token_type_ids")}
@@ -250,7 +249,7 @@ class CrossEncoder:
         """See `Reranker.scores`; scored in this process, so `known` needs nothing. The budget
         runs from this call: time queued behind other reranks is spent from it."""
         cancelled = threading.Event()
-        deadline = None if budget_s is None else time.monotonic() + budget_s
+        deadline = None if budget_s is None else monotonic() + budget_s
         future = asyncio.get_running_loop().run_in_executor(
             self._executor, self._score_all, query, texts, cancelled, deadline)
         try:
