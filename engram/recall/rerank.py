@@ -172,10 +172,11 @@ class CrossEncoder:
         self.speed = 1.0
 
     def _runs(self, lengths: list[int]) -> list[list[int]]:
-        """The model runs scoring texts of these token counts: up to `batch` of similar length
-        each (sorted, so little padding is computed)."""
+        """The model runs scoring texts of these token counts (given best first), in the order
+        they go: up to `batch` of similar length each (sorted, so little padding is computed),
+        the run holding the best-placed text first, then by the best-placed text each holds."""
         order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-        return [order[start:start + self.batch] for start in range(0, len(order), self.batch)]
+        return sorted((order[start:start + self.batch] for start in range(0, len(order), self.batch)), key=min)
 
     def _run_seconds(self, rows: int, width: int) -> float:
         return self.speed * rows * width * self.s_per_token[min(width, len(self.s_per_token) - 1)]
@@ -210,15 +211,15 @@ class CrossEncoder:
         """Scores of the first texts, as many as `affordable` before `deadline` (monotonic;
         None: all of them), in `_runs`; the first run's answer is not waited for past a cancel.
 
-        The runs go in the order of the best-placed text each holds, and past the first, a run
-        the time left cannot pay for is not started: then the answer is the longest prefix of
-        the texts scored. So runs slower than their price cost fewer pairs, not the budget."""
+        Past the first run, a run the time left cannot pay for is not started: then the answer
+        is the longest prefix of the texts scored. So runs slower than their price cost fewer
+        pairs, not the budget."""
         encodings = self._tokenizer.encode_batch([(query, text) for text in texts])
         lengths = [len(e.ids) for e in encodings]
         if deadline is not None:
             lengths = lengths[:self.affordable(lengths, deadline - monotonic())]
         out: list[float | None] = [None] * len(lengths)
-        for number, run in enumerate(sorted(self._runs(lengths), key=min)):
+        for number, run in enumerate(self._runs(lengths)):
             if cancelled.is_set():
                 return None
             width = max(lengths[i] for i in run)
