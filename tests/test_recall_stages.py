@@ -20,6 +20,7 @@ from engram.domain.errors import ModelFileMismatch
 from engram.domain.filters import Filters
 from engram.domain.models import Scope
 from engram.inference.embedder import Embedder, minilm_files
+from engram.recall import candidates
 from engram.recall import rerank as rerank_module
 from engram.recall.rerank import CrossEncoder, ms_marco_files, with_context
 from engram.store import memories
@@ -188,7 +189,8 @@ async def test_each_candidates_neighbours_are_the_live_memories_around_it_in_its
     """The neighbours read with the candidates' rows are the live memories just before and after
     each in its scope and session, by (created_at, id), whatever else is deleted, superseded,
     quarantined, filtered out or left out of the candidates, and whether or not the candidate
-    itself is live; of those, the ones among the rows read (only they can lift it). The asked
+    itself is live; of those, recall keeps the ones among its candidates (only they can lift
+    it), however many statements read them. The asked
     scope (user n1) spans two scopes that share session ids: neither's turns neighbour the other's."""
     rng = random.Random(5)
     for batch in range(3):  # one batch shares a write time: ties ordered by id
@@ -225,11 +227,19 @@ async def test_each_candidates_neighbours_are_the_live_memories_around_it_in_its
                                         and (filters.include_deleted or not by_id[i]["is_deleted"])
                                         and by_id[i]["status"] != "quarantined"
                                         and (filters.type is None or by_id[i]["type"] == filters.type)}
-        returned = {r.id for r in read}
         for r in read:
             c = by_id[r.id]
-            want = tuple(n for n in (neighbour(c, True), neighbour(c, False)) if n in returned)
-            assert r.around == want, (trial, r.id)
+            assert (r.before, r.after) == (neighbour(c, True), neighbour(c, False)), (trial, r.id)
+        # Read in two statements (as recall's legs read theirs), the candidates get the same
+        # neighbours as read in one, and keep those that are candidates.
+        returned = {r.id for r in read}
+        half = len(asked) // 2
+        async with app.pool.acquire() as conn:
+            split = [r for part in (asked[:half], asked[half:]) for r in await memories.candidate_rows(
+                conn, part, Scope(user_id="n1"), filters, np.zeros(384), "none", neighbours=True)]
+        for c in candidates.from_rows(split, {}):
+            want = tuple(n for n in (neighbour(by_id[c.id], True), neighbour(by_id[c.id], False)) if n in returned)
+            assert c.around == want, (trial, c.id)
 
 
 async def test_expansion_weight_zero_turns_it_off(make_app):
@@ -313,12 +323,28 @@ async def test_concurrent_searches_cannot_exhaust_a_small_pool(make_app):
         assert all(len(hits) == 1 for hits in results)
 
 
-async def test_a_search_takes_two_pooled_connections_one_after_the_other(app, monkeypatch):
-    """Giving a connection back costs a round trip (engram.store.pool): the stale points are read
-    on the BM25 leg's connection, and the rows after the legs on one more."""
+async def test_a_search_takes_a_connection_per_leg_and_reads_its_results_on_the_dense_legs(app, monkeypatch):
+    """Giving a connection back costs a round trip (engram.store.pool): the stale points and
+    BM25's top are read on one connection, given back while the query is embedded, and one more
+    reads BM25's candidates' rows; the dense hits' rows are read on a third, which reads the
+    results too once the other leg is done. Here the embedding and the dense search are slowed,
+    so each of those waits happens: three connections in all, the results taking none."""
+    from engram.recall import candidates as candidates_module
+
     scope = {"user_id": "two-conns"}
     for text in ("Zane repairs old radios", "Zane's radio workshop is in the garage", "Zane collects valves"):
         await app.remember(text, scope=scope, mode="sync")
+    embedder = app.runtime.spaces.space(app.settings.embedding_model).embedder
+    embed, fresh = embedder.embed_query, candidates_module.fresh_dense
+
+    async def slow_embedding(query):
+        await asyncio.sleep(0.3)
+        return await embed(query)
+
+    async def slow_dense(*args):
+        await asyncio.sleep(0.3)
+        return await fresh(*args)
+
     taken = []
     acquire = asyncpg.Pool.acquire
 
@@ -326,13 +352,17 @@ async def test_a_search_takes_two_pooled_connections_one_after_the_other(app, mo
         files = [frame.filename for frame in traceback.extract_stack()]
         if (any(os.path.join("engram", "recall", "") in f for f in files)
                 and not any(f.endswith("embedding_spaces.py") for f in files)):  # a due refresh of the model's state
-            taken.append(1)
+            taken.append(traceback.extract_stack()[-2].name)
         return acquire(pool, *args, **kwargs)
 
+    monkeypatch.setattr(embedder, "embed_query", slow_embedding)
+    monkeypatch.setattr(candidates_module, "fresh_dense", slow_dense)
     monkeypatch.setattr(asyncpg.Pool, "acquire", counted)
-    hits = await app.search("radio", scope=scope)
-    assert len(hits) == 3
-    assert len(taken) == 2
+    response = await app.post("/api/memory/search", {"query": "radio", "scope": scope, "explain": True})
+    assert len(response.json()["results"]) == 3
+    # Two hold the term: the third is a dense hit outside BM25's top.
+    assert response.json()["explain"]["fetch"]["lexical_hits"] == 2
+    assert taken == ["lexical_leg", "lexical_leg", "vector_leg"]
 
 
 async def test_searches_queued_for_a_full_pool_all_finish_when_the_serving_model_is_due_for_a_re_read(make_app):
@@ -359,6 +389,26 @@ async def test_one_search_on_a_pool_of_one_finishes_when_the_serving_model_is_du
         await app.remember("Quinn rows on the river at dawn", scope=scope, mode="sync")
         await asyncio.sleep(0.6)
         assert len(await asyncio.wait_for(app.search("rowing", scope=scope), 20)) == 1
+
+
+async def test_many_searches_on_a_pool_of_two_all_finish_while_each_reads_both_legs_rows(make_app):
+    """Each leg reads its candidates' rows on a connection of its own, and the dense leg's is kept
+    for the results only once the other leg is done: a leg holding one while the other waits for
+    one would deadlock a full pool."""
+    async with make_app(postgres_pool_min=2, postgres_pool_max=2) as app:
+        scope = {"user_id": "pool2"}
+        for text in ("Quinn rows on the river at dawn", "Quinn's rowing club meets on Sundays",
+                     "The boathouse smells of varnish", "Oars hang above the lockers",
+                     "A heron watches from the far bank", "The coach shouts split times"):
+            await app.remember(text, scope=scope, mode="sync")
+        queries = ["rowing", "river at dawn", "coach", "heron", "Quinn rows", "varnish"] * 3
+        explained = [app.post("/api/memory/search", {"query": q, "scope": scope, "limit": 10, "explain": True})
+                     for q in queries]
+        answers = await asyncio.wait_for(asyncio.gather(*explained), 60)
+        assert all(a.status_code == 200 and len(a.json()["results"]) == 6 for a in answers)
+        # Both legs read rows: BM25's top and the dense hits outside it.
+        assert all(a.json()["explain"]["fetch"]["lexical_hits"] > 0 and a.json()["explain"]["fetch"]["dense_hits"] == 6
+                   for a in answers)
 
 
 async def test_searches_waiting_on_a_slow_embedder_leave_the_pool_to_others(make_app, monkeypatch):

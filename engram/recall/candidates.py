@@ -189,6 +189,9 @@ class Bm25:
 
 
 def from_rows(found: list[repo.CandidateRow], bm25: dict[UUID, float]) -> list[Candidate]:
-    """The candidates whose rows passed scope and filters (memories.candidate_rows), with both raw scores."""
+    """The candidates whose rows passed scope and filters (memories.candidate_rows), with both raw
+    scores, and of each one's session neighbours those that are candidates too."""
+    read = {r.id for r in found}
     return [Candidate(id=r.id, created_at=r.created_at, access_count=r.access_count, similarity=r.similarity,
-                      bm25=bm25.get(r.id, 0.0), has_facts=r.has_facts, around=r.around) for r in found]
+                      bm25=bm25.get(r.id, 0.0), has_facts=r.has_facts,
+                      around=tuple(n for n in (r.before, r.after) if n is not None and n in read)) for r in found]

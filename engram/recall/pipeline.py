@@ -10,18 +10,19 @@ Stage 1's two legs overlap: Postgres and the lexical index find BM25's top while
 embedded (in a thread) and the vector index searched, so `explain`'s `embed_query` + `dense` and
 `bm25` run side by side. Beside the embedding, Postgres first reads the scope's memories whose
 points a change left stale, scored by their rows instead (candidates.fresh_dense): none in the
-steady state. Ranking reads a few columns per candidate and its session neighbours (`fetch`;
-context expansion needs no statement of its own), and with them the BM25 scores of the dense
-hits outside BM25's top; the full rows are read for the results only (`rows`), with their chain
-heads, so verifying them (`verify`) takes no statement of its own. A search takes two pooled
-connections, one after the other (a release costs a round trip): the BM25 leg's, which also
-reads the stale points, and one for the three reads after the legs. None is held while the
-query is embedded (unless the BM25 leg is still at work) or reranked.
+steady state. Each leg then reads a few columns of its own candidates' rows, with their session
+neighbours, on a connection of its own (`fetch`): BM25's top once the query is embedded (its
+similarities need the vector), the dense hits outside that top once BM25's top is known, with
+their BM25 scores. So the two reads run side by side, and the first mostly while the vector
+index is searched. The full rows are read for the results only (`rows`), with their chain
+heads, so verifying them (`verify`) takes no statement of its own. No connection is held while
+the query is embedded (unless the BM25 leg is still at work) or reranked.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -105,19 +106,6 @@ async def _side_by_side(*steps: Awaitable) -> list:
         raise
 
 
-@dataclass(frozen=True)
-class _Legs:
-    """What stage 1's two legs found: the query vector and the dense hits; BM25's top, its
-    scorer and its time."""
-
-    model: str
-    query_vector: np.ndarray
-    dense: dict[UUID, float]
-    lexical: dict[UUID, float]
-    bm25: candidates.Bm25
-    bm25_ms: float
-
-
 class Recall:
     """Stateless apart from its clients; safe to share across requests."""
 
@@ -146,11 +134,12 @@ class Recall:
         explain = Explain()
         depth = max(s.search_candidates, opts.limit, opts.rerank_top_n if opts.rerank else 0)
         wanted = max(opts.limit, opts.rerank_top_n if opts.rerank else 0)
-        legs = await self._legs(query, scope, filters, depth, explain)
-        # One connection from here to the results: each release is a round trip (pool.create_pool).
-        async with self._pool.acquire() as conn:
-            found = await self._candidates(conn, legs, scope, filters, depth, explain)
+        async with contextlib.AsyncExitStack() as held:
+            # The results are read on the dense rows' connection, if it read any: that read
+            # usually ends stage 1, and each release is a round trip (pool.create_pool).
+            found, conn = await self._candidates(query, scope, filters, depth, explain, held)
             ranked = self._first_order(found, wanted + SPARE_ROWS, explain)
+            conn = conn or await held.enter_async_context(self._pool.acquire())
             hits, sealed, context = await self._results(conn, ranked, wanted, scope, filters, opts, explain)
         if verify is not None:  # after the connection is back: a quarantine takes one of its own
             t = time.perf_counter()
@@ -173,54 +162,98 @@ class Recall:
                 warnings.append(warning)
         return hits[:opts.limit], warnings, explain
 
-    async def _legs(self, query: str, scope: Scope, filters: Filters, depth: int, explain: Explain) -> _Legs:
-        """Stage 1's two legs side by side: on one connection, the stale points' read, then
-        BM25's top in Postgres and the lexical index; meanwhile the query is embedded and the
-        vector index searched. The serving model's state is read before the connection is taken
-        (its refresh takes one), and the vector leg holds none: an embedder that is slow to
-        answer keeps no connection from others."""
+    async def _candidates(self, query: str, scope: Scope, filters: Filters, depth: int, explain: Explain,
+                          held: contextlib.AsyncExitStack
+                          ) -> tuple[list[candidates.Candidate], asyncpg.Connection | None]:
+        """Stage 1: each leg's candidates, their rows re-checked against scope and filters, every
+        one with its similarity and its BM25 score; and the connection that read the dense hits'
+        rows, left in `held` (None if there were none to read).
+
+        The legs run side by side, each on its own connection: the stale points' read, then
+        BM25's top in Postgres and the lexical index, then (the query embedded) its rows; the
+        query embedded and the vector index searched, then (BM25's top known) the rows of the
+        dense hits outside it, scored as they are read. The serving model's state is read
+        before any connection is taken (its refresh takes one), and neither leg holds one while
+        the query is embedded: an embedder that is slow to answer keeps no connection from
+        others."""
         s = self._settings
         model, space = await self._spaces.active()
         bm25 = candidates.Bm25(s, query, scope, filters, self._lexical)
-        stale: asyncio.Future[dict[UUID, np.ndarray | None]] = asyncio.get_running_loop().create_future()
+        neighbours = s.expansion_weight != 0
+        loop = asyncio.get_running_loop()
+        stale: asyncio.Future[dict[UUID, np.ndarray | None]] = loop.create_future()
+        embedded: asyncio.Future[np.ndarray] = loop.create_future()
+        top: asyncio.Future[dict[UUID, float]] = loop.create_future()
+        ended: dict[str, float] = {}  # when each step ended, for `fetch`'s time
 
-        async def lexical_top() -> tuple[dict[UUID, float], float]:
+        async def lexical_leg() -> tuple[dict[UUID, float], list[repo.CandidateRow], float]:
             t = time.perf_counter()
+            rows: list[repo.CandidateRow] | None = None
+
+            async def read_rows(conn: asyncpg.Connection) -> list[repo.CandidateRow]:
+                return await repo.candidate_rows(conn, list(top.result()), scope, filters, embedded.result(), model,
+                                                 neighbours=neighbours)
+
             async with self._pool.acquire() as conn:
                 # The connection's first statement, as the vector leg waits for it.
-                stale.set_result(await repo.stale_dense(conn, scope, filters, model,
-                                                        candidates.STALE_DENSE_LISTED))
-                top = await bm25.top(conn, depth)
-            return top, (time.perf_counter() - t) * 1e3
+                stale.set_result(await repo.stale_dense(conn, scope, filters, model, candidates.STALE_DENSE_LISTED))
+                top.set_result(await bm25.top(conn, depth))
+                ended["bm25"] = time.perf_counter()
+                if not top.result():
+                    rows = []
+                elif embedded.done():
+                    rows = await read_rows(conn)
+            if rows is None:  # given back meanwhile: no connection waits on the embedder
+                await embedded
+                async with self._pool.acquire() as conn:
+                    rows = await read_rows(conn)
+            ended["lexical_rows"] = time.perf_counter()
+            return top.result(), rows, (ended["bm25"] - t) * 1e3
+
+        async def vector_leg() -> tuple[dict[UUID, float], dict[UUID, float], list[repo.CandidateRow], int,
+                                        asyncpg.Connection | None]:
+            query_vector, dense, stale_count, (embed_ms, dense_ms) = await self._vector_leg(
+                space, query, scope, filters, depth, stale, embedded)
+            ended["dense"] = time.perf_counter()
+            explain.stages["embed_query"] = {"ms": round(embed_ms, 3), "model": model}
+            explain.stages["dense"] = {"ms": round(dense_ms, 3), "index": space.index.name, "hits": len(dense),
+                                       "stale_points": stale_count}
+            # A dense hit outside BM25's top `depth` still gets its BM25 score; if the top held
+            # fewer than `depth`, it holds every memory with a query term and the rest score 0.
+            rest = [i for i in dense if i not in await top]
+            known, exact, rows, conn = {}, None, [], None
+            if rest:
+                conn = await self._pool.acquire()
+                try:
+                    known, exact = await bm25.exact(conn, rest if len(top.result()) >= depth else [])
+                    rows = await repo.candidate_rows(conn, rest, scope, filters, query_vector, model,
+                                                     neighbours=neighbours, bm25=exact)
+                finally:
+                    # Kept for the results only if the other leg is done: one that still waits
+                    # for a connection must not wait on this one (a full pool would deadlock).
+                    if lexical_task.done():
+                        held.push_async_callback(self._pool.release, conn)
+                    else:
+                        await self._pool.release(conn)
+                        conn = None
+            ended["dense_rows"] = time.perf_counter()
+            return dense, known, rows, len(exact.ids) if exact is not None else 0, conn
 
         # The vector leg first: its embedding, in a thread, is the longest step.
-        (query_vector, dense, stale_count, (embed_ms, dense_ms)), (lexical, bm25_ms) = await _side_by_side(
-            self._vector_leg(space, query, scope, filters, depth, stale), lexical_top())
-        explain.stages["embed_query"] = {"ms": round(embed_ms, 3), "model": model}
-        explain.stages["dense"] = {"ms": round(dense_ms, 3), "index": space.index.name, "hits": len(dense),
-                                   "stale_points": stale_count}
-        return _Legs(model, query_vector, dense, lexical, bm25, bm25_ms)
-
-    async def _candidates(self, conn: asyncpg.Connection, legs: _Legs, scope: Scope, filters: Filters, depth: int,
-                          explain: Explain) -> list[candidates.Candidate]:
-        """Stage 1's union, its rows re-checked against scope and filters, the dense hits outside
-        BM25's top scored as they are read."""
-        t = time.perf_counter()
-        # A dense hit outside BM25's top `depth` still gets its BM25 score; if the top held fewer
-        # than `depth`, it holds every memory with a query term and the rest score 0.
-        lexical = legs.lexical
-        unscored = [i for i in legs.dense if i not in lexical] if len(lexical) >= depth else []
-        ids = list(dict.fromkeys([*legs.dense, *lexical]))
-        known, exact = await legs.bm25.exact(conn, unscored)
-        fetched = await repo.candidate_rows(conn, ids, scope, filters, legs.query_vector, legs.model,
-                                            neighbours=self._settings.expansion_weight != 0, bm25=exact)
-        lexical = lexical | known | {r.id: r.bm25 for r in fetched if r.bm25 is not None}
-        explain.stages["bm25"] = {"ms": round(legs.bm25_ms, 3), "hits": sum(1 for v in lexical.values() if v > 0),
-                                  "scored_with_rows": len(exact.ids) if exact is not None else 0,
-                                  **legs.bm25.timings_ms}
-        found = candidates.from_rows(fetched, lexical)
-        explain.stage("fetch", t, candidates=len(found))
-        return found
+        vector_task = asyncio.ensure_future(vector_leg())
+        lexical_task = asyncio.ensure_future(lexical_leg())
+        (dense, known, dense_rows, with_rows, conn), (lexical, lexical_rows, bm25_ms) = await _side_by_side(
+            vector_task, lexical_task)
+        scores = lexical | known | {r.id: r.bm25 for r in dense_rows if r.bm25 is not None}
+        explain.stages["bm25"] = {"ms": round(bm25_ms, 3), "hits": sum(1 for v in scores.values() if v > 0),
+                                  "scored_with_rows": with_rows,
+                                  **bm25.timings_ms}
+        found = candidates.from_rows(lexical_rows + dense_rows, scores)
+        # Only the part of the rows' reads that the legs did not hide.
+        fetch_ms = (max(ended["lexical_rows"], ended["dense_rows"]) - max(ended["bm25"], ended["dense"])) * 1e3
+        explain.stages["fetch"] = {"ms": round(max(fetch_ms, 0.0), 3), "candidates": len(found),
+                                   "dense_hits": len(dense), "lexical_hits": len(lexical)}
+        return found, conn
 
     async def _results(self, conn: asyncpg.Connection, ranked: list[Ranked], wanted: int, scope: Scope,
                        filters: Filters, opts: RecallOptions, explain: Explain
@@ -243,13 +276,15 @@ class Recall:
         return hits, sealed, context
 
     async def _vector_leg(self, space: Space, query: str, scope: Scope, filters: Filters, depth: int,
-                          stale: Awaitable[dict[UUID, np.ndarray | None]]
+                          stale: Awaitable[dict[UUID, np.ndarray | None]], embedded: asyncio.Future[np.ndarray]
                           ) -> tuple[np.ndarray, dict[UUID, float], int, tuple[float, float]]:
         """(query vector, dense hits, how many of the scope's points were stale, (embedding ms,
-        index ms)): candidates.fresh_dense. `stale` is the scope's stale points, read beside the
-        embedding; its wait counts in the embedding's time."""
+        index ms)): candidates.fresh_dense. The vector is handed to `embedded` as soon as it is
+        made. `stale` is the scope's stale points, read beside the embedding; its wait counts in
+        the embedding's time."""
         t = time.perf_counter()
         query_vector = await space.embedder.embed_query(query)
+        embedded.set_result(query_vector)
         # Read before the index is searched: a point the owner rewrites in between is then
         # either listed (and skipped) or fresh.
         stale_points = await stale

@@ -272,7 +272,10 @@ class CandidateRow:
     access_count: int
     similarity: float | None  # None where the memory has no embedding from the query's model yet
     has_facts: bool = False  # a raw memory the write pipeline took facts from
-    around: tuple[UUID, ...] = ()  # its session neighbours among the rows read (`_NEIGHBOURS`), if asked for
+    # The live memories written just before and after it in its scope and session (`_session_neighbour`),
+    # if asked for; None: there is none (or it has no session)
+    before: UUID | None = None
+    after: UUID | None = None
     bm25: float | None = None  # its exact BM25, if asked for and it holds a query term
 
 
@@ -292,59 +295,6 @@ def _session_neighbour(column: str, before: bool) -> str:
              ORDER BY p.created_at {order}, p.id {order} LIMIT 1)"""
 
 
-def _nothing_live_between(row: str, low: tuple[str, str], high: tuple[str, str]) -> str:
-    """No live memory of `row`'s scope and session lies strictly between (created_at, id) `low`
-    and `high`: a range of memories_session_order_idx, read up to its first live memory."""
-    return f"""NOT EXISTS (SELECT 1 FROM memories x
-                 WHERE x.scope_key = {row}.scope_key AND x.session_id = {row}.session_id AND {_live("x")}
-                   AND (x.created_at, x.id) > ({low[0]}, {low[1]}) AND (x.created_at, x.id) < ({high[0]}, {high[1]}))"""
-
-
-# Each candidate's session neighbours among the candidates (`c`): the live memory just before it
-# (or after it) in its scope and session (`_session_neighbour`), where that memory is a candidate.
-# Only those lift a candidate (expansion.lifts), and a candidate can only be one if it is the
-# nearest live candidate on that side, which window functions over `c` name without a join:
-# for a live candidate the live one before it (lag) or after it (lead); for one that is not
-# live, the first of those sharing its running count of live candidates, counted forwards
-# (`upto`: the live one at or before it) or backwards (`downto`). One probe then checks that no
-# live memory lies between. A live pair is probed once, for the later one's `prev`, and the
-# earlier one's `next` reads that answer; a candidate that is not live gets a probe of its own
-# for `next`. No step joins the candidates with themselves: the planner estimates `c` at one
-# row where the scope is a small part of the table (it takes the scope and the ids as
-# independent), and a self-join it then ran once per candidate cost ~100 ms a search at 1M
-# memories over 1,000 scopes (3.5 ms this way, by hand on ~90 candidates).
-_NEIGHBOURS = f"""
-    o AS (SELECT c.*,
-                 count(*) FILTER (WHERE live) OVER (PARTITION BY scope_key, session_id
-                                                    ORDER BY created_at, id) AS upto,
-                 count(*) FILTER (WHERE live) OVER (PARTITION BY scope_key, session_id
-                                                    ORDER BY created_at DESC, id DESC) AS downto
-          FROM c),
-    p AS (SELECT o.*,
-                 CASE WHEN live THEN lag(id) OVER lw WHEN upto > 0 THEN first_value(id) OVER ug END AS pc,
-                 CASE WHEN live THEN lag(created_at) OVER lw
-                      WHEN upto > 0 THEN first_value(created_at) OVER ug END AS pc_at,
-                 CASE WHEN live THEN lead(id) OVER lw WHEN downto > 0 THEN first_value(id) OVER dg END AS nc,
-                 CASE WHEN live THEN lead(created_at) OVER lw
-                      WHEN downto > 0 THEN first_value(created_at) OVER dg END AS nc_at
-          FROM o
-          WINDOW lw AS (PARTITION BY scope_key, session_id, live ORDER BY created_at, id),
-                 ug AS (PARTITION BY scope_key, session_id, upto ORDER BY created_at, id),
-                 dg AS (PARTITION BY scope_key, session_id, downto ORDER BY created_at DESC, id DESC)),
-    q AS MATERIALIZED (
-          SELECT w.*, CASE WHEN w.session_id IS NOT NULL AND w.pc IS NOT NULL
-                                AND {_nothing_live_between("w", ("w.pc_at", "w.pc"), ("w.created_at", "w.id"))}
-                           THEN w.pc END AS prev
-          FROM p w)
-    SELECT w.id, w.created_at, w.access_count, w.has_facts, w.similarity, w.bm25, w.prev,
-           CASE WHEN w.session_id IS NULL OR w.nc IS NULL THEN NULL
-                WHEN w.live THEN CASE WHEN lead(w.prev) OVER (PARTITION BY w.scope_key, w.session_id, w.live
-                                                              ORDER BY w.created_at, w.id) = w.id THEN w.nc END
-                WHEN {_nothing_live_between("w", ("w.created_at", "w.id"), ("w.nc_at", "w.nc"))} THEN w.nc
-           END AS next
-    FROM q w"""
-
-
 async def candidate_rows(
     conn: asyncpg.Connection | asyncpg.Pool, ids: list[UUID], scope: Scope, filters: Filters,
     query_vector: np.ndarray, model: str, *, neighbours: bool = False,
@@ -352,25 +302,29 @@ async def candidate_rows(
 ) -> list[CandidateRow]:
     """Those of `ids` that are in `scope` and pass `filters`, each with the cosine similarity of
     its canonical embedding to the query; with `neighbours`, the live memories written just
-    before and after it in its scope and session, of those among the rows read (`_NEIGHBOURS`);
-    and with `bm25`, the exact BM25 of those of `bm25.ids` (lexical_index.score_column).
+    before and after it in its scope and session (whatever they are: recall keeps those among
+    its candidates); and with `bm25`, the exact BM25 of those of `bm25.ids`
+    (lexical_index.score_column).
 
-    The candidates come from indexes that may lag; this re-check against the rows is what
-    guarantees scope and deletion (and `sealed_rows_in_scope` checks again for the results)."""
+    Each row's neighbours are two probes of memories_session_order_idx, each read up to its
+    first live memory, so candidates read in several statements (recall reads each leg's on its
+    own connection, side by side) get the same neighbours as read in one. The candidates come
+    from indexes that may lag; this re-check against the rows is what guarantees scope and
+    deletion (and `sealed_rows_in_scope` checks again for the results)."""
     where = Where.ids_in_scope(ids, scope, filters, query_vector, model)
     score = lexical_index.score_column(where.params, bm25) if bm25 is not None else "NULL::float8"
-    placing = f", m.scope_key, m.session_id, {_live('m')} AS live" if neighbours else ""  # what _NEIGHBOURS reads
-    sql = f"""
+    around = (f", {_session_neighbour('id', before=True)} AS before, {_session_neighbour('id', before=False)} AS after"
+              if neighbours else "")
+    rows = await conn.fetch(
+        f"""
         SELECT m.id, m.created_at, m.access_count, m.has_facts,
                CASE WHEN m.embedding_model = $3 THEN 1 - (m.embedding <=> $2) END AS similarity,
-               {score} AS bm25{placing}
-        FROM memories m WHERE {where.sql()}"""
-    if neighbours:
-        sql = f"WITH c AS MATERIALIZED ({sql}), {_NEIGHBOURS}"
-    rows = await conn.fetch(sql, *where.params)
+               {score} AS bm25{around}
+        FROM memories m WHERE {where.sql()}""",
+        *where.params,
+    )
     return [CandidateRow(r["id"], r["created_at"], r["access_count"], r["similarity"], r["has_facts"],
-                         tuple(x for x in (r["prev"], r["next"]) if x is not None) if neighbours else (),
-                         r["bm25"])
+                         r["before"] if neighbours else None, r["after"] if neighbours else None, r["bm25"])
             for r in rows]
 
 
