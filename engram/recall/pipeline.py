@@ -135,8 +135,9 @@ class Recall:
         depth = max(s.search_candidates, opts.limit, opts.rerank_top_n if opts.rerank else 0)
         wanted = max(opts.limit, opts.rerank_top_n if opts.rerank else 0)
         async with contextlib.AsyncExitStack() as held:
-            # The results are read on the dense rows' connection, if it read any: that read
-            # usually ends stage 1, and each release is a round trip (pool.create_pool).
+            # The results are read on the dense rows' connection, if it read any and kept it
+            # (_candidates): that read usually ends stage 1, and each release is a round trip
+            # (pool.create_pool).
             found, conn = await self._candidates(query, scope, filters, depth, explain, held)
             ranked = self._first_order(found, wanted + SPARE_ROWS, explain)
             conn = conn or await held.enter_async_context(self._pool.acquire())
@@ -167,7 +168,8 @@ class Recall:
                           ) -> tuple[list[candidates.Candidate], asyncpg.Connection | None]:
         """Stage 1: each leg's candidates, their rows re-checked against scope and filters, every
         one with its similarity and its BM25 score; and the connection that read the dense hits'
-        rows, left in `held` (None if there were none to read).
+        rows, left in `held` for the results (None if there were none to read, or if the BM25
+        leg was still at work when they were read: then it was given back at once).
 
         The legs run side by side, each on its own connection: the stale points' read, then
         BM25's top in Postgres and the lexical index, then (the query embedded) its rows; the

@@ -201,7 +201,8 @@ class CrossEncoder:
         return count
 
     def _cost(self, ordered: list[int]) -> float:
-        """Expected seconds of the runs scoring texts of these token counts, sorted (as _runs)."""
+        """Expected seconds of the runs scoring texts of these token counts, sorted (grouped as
+        _runs groups them; the order the runs go in does not change their sum)."""
         n = len(ordered)
         return sum(self._run_seconds(min(self.batch, n - i), ordered[min(i + self.batch, n) - 1])
                    for i in range(0, n, self.batch))
