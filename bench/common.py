@@ -34,7 +34,9 @@ from worker.embedded import free_port
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 REPORTS = BENCH_DIR / "reports"
-LOGS = BENCH_DIR / "out" / "logs"  # bench/out/ is git-ignored
+OTHER_MACHINE_REPORTS = BENCH_DIR / "out" / "reports"  # bench/out/ is git-ignored
+LOGS = BENCH_DIR / "out" / "logs"
+REPLACE_ENV = "ENGRAM_BENCH_REPLACE"  # =1: replace a committed report measured on another CPU model
 ENGRAM = Path(sys.executable).parent / "engram"  # the console script of the venv running the bench
 
 
@@ -458,10 +460,36 @@ def command_line() -> str:
     return shlex.join([str(exe), *target, *sys.argv[1:]])
 
 
+def report_dir(name: str) -> Path:
+    """Where report `name` and its plots go: bench/reports/, unless the report committed there was
+    measured on another CPU model; then bench/out/reports/, unless ENGRAM_BENCH_REPLACE=1.
+
+    Our machines differ by up to 2x in speed, and the notes compare a stop's numbers with the
+    committed ones: a run on another kind of machine must not replace them by accident."""
+    committed = _report_cpu(REPORTS / f"{name}.md")
+    cpu = machine_facts()["cpu"]
+    if committed is None or committed == cpu or os.environ.get(REPLACE_ENV) == "1":
+        return REPORTS
+    print(f"bench/reports/{name}.md was measured on {committed!r}, this machine is {cpu!r}: writing to "
+          f"{OTHER_MACHINE_REPORTS.relative_to(REPO)}/ instead ({REPLACE_ENV}=1 replaces the committed one)",
+          file=sys.stderr)
+    return OTHER_MACHINE_REPORTS
+
+
+def _report_cpu(path: Path) -> str | None:
+    """The `- cpu:` of a report's header, or None if there is no such report or line."""
+    with contextlib.suppress(OSError):
+        for line in path.read_text().splitlines():
+            if line.startswith("- cpu: "):
+                return line.removeprefix("- cpu: ").strip()
+    return None
+
+
 def write_report(name: str, title: str, body: str, *, started: float) -> Path:
-    """Write bench/reports/<name>.md (overwriting): a header with the date, the machine and the
-    exact command, then `body`. `started` is the time.time() the run began."""
-    REPORTS.mkdir(parents=True, exist_ok=True)
+    """Write <name>.md into report_dir(name) (overwriting): a header with the date, the machine
+    and the exact command, then `body`. `started` is the time.time() the run began."""
+    directory = report_dir(name)
+    directory.mkdir(parents=True, exist_ok=True)
     facts = machine_facts()
     header = [
         f"# {title}",
@@ -474,6 +502,6 @@ def write_report(name: str, title: str, body: str, *, started: float) -> Path:
         "so latencies are as measured, not best case.",
         "",
     ]
-    path = REPORTS / f"{name}.md"
+    path = directory / f"{name}.md"
     path.write_text("\n".join(header) + "\n" + body.rstrip() + "\n")
     return path

@@ -308,9 +308,10 @@ def stages_section(results: list[SizeResult]) -> str:
 def write_plots(results: list[SizeResult], name: str) -> list[Path]:
     """PNGs beside the report: default search and rerank percentiles against size, and the
     mean per-stage breakdown."""
-    common.REPORTS.mkdir(parents=True, exist_ok=True)
+    directory = common.report_dir(name)
+    directory.mkdir(parents=True, exist_ok=True)
     scopes = results[0].size // results[0].per_scope
-    paths = [common.REPORTS / f"{name}-{kind}.png" for kind in ("latency", "rerank", "stages")]
+    paths = [directory / f"{name}-{kind}.png" for kind in ("latency", "rerank", "stages")]
     plot_percentiles(results, "search", TARGETS_MS["search_p95"], target_size(scopes),
                      f"Default search (no rerank), {scopes} scopes", paths[0])
     plot_percentiles(results, "rerank", TARGETS_MS["rerank_p95"], target_size(scopes),

@@ -1,0 +1,53 @@
+"""A benchmark's report replaces the committed one only if it was measured on the same CPU model."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import common
+
+
+@pytest.fixture
+def reports(tmp_path, monkeypatch):
+    committed, other = tmp_path / "reports", tmp_path / "out" / "reports"
+    committed.mkdir()
+    monkeypatch.setattr(common, "REPORTS", committed)
+    monkeypatch.setattr(common, "OTHER_MACHINE_REPORTS", other)
+    monkeypatch.setattr(common, "REPO", tmp_path)
+    monkeypatch.setattr(common, "machine_facts", lambda: {"cpu": "This CPU", "nproc": "2"})
+    monkeypatch.delenv(common.REPLACE_ENV, raising=False)
+    return committed, other
+
+
+def _committed(directory, name, cpu):
+    (directory / f"{name}.md").write_text(f"# a report\n\n- date: then\n- cpu: {cpu}\n- python: 3.11\n\nnumbers\n")
+
+
+def test_a_report_from_the_same_cpu_model_or_a_new_one_goes_to_bench_reports(reports):
+    committed, other = reports
+    _committed(committed, "same", "This CPU")
+    for name in ("same", "new"):
+        path = common.write_report(name, "Title", "body", started=0)
+        assert path == committed / f"{name}.md"
+        assert "- cpu: This CPU" in path.read_text()
+    assert not other.exists()
+
+
+def test_a_report_from_another_cpu_model_leaves_the_committed_one_alone(reports, capsys):
+    committed, other = reports
+    _committed(committed, "scale", "That CPU")
+    before = (committed / "scale.md").read_text()
+    path = common.write_report("scale", "Title", "body", started=0)
+    assert path == other / "scale.md" and "body" in path.read_text()
+    assert (committed / "scale.md").read_text() == before
+    assert common.report_dir("scale") == other  # where the plots beside it go
+    assert "'That CPU'" in capsys.readouterr().err
+
+
+def test_the_replace_variable_replaces_a_report_from_another_cpu_model(reports, monkeypatch):
+    committed, other = reports
+    _committed(committed, "scale", "That CPU")
+    monkeypatch.setenv(common.REPLACE_ENV, "1")
+    path = common.write_report("scale", "Title", "body", started=0)
+    assert path == committed / "scale.md" and "- cpu: This CPU" in path.read_text()
+    assert not other.exists()
