@@ -83,9 +83,13 @@ class EmbeddedPostgres:
 
     SYSTEM_USER = "embedded_postgres"  # postgres refuses to run as root
 
-    def __init__(self, data_dir: Path, port: int) -> None:
+    def __init__(self, data_dir: Path, port: int, *, fsync: bool = True) -> None:
+        """`fsync=False` (the tests' servers): Postgres never waits for the disk. A killed
+        server still loses nothing it committed (its writes sit in the kernel's page cache);
+        only a crash of the machine itself could."""
         self.data_dir = data_dir.resolve()
         self.port = port
+        self.fsync = fsync
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -113,7 +117,7 @@ class EmbeddedPostgres:
         log_file = open(self.data_dir / "postgres.log", "ab")
         self.proc = subprocess.Popen(
             [str(self.bin_dir / "postgres"), "-D", str(pgdata), "-h", "127.0.0.1", "-p", str(self.port),
-             "-k", str(self.data_dir), "-c", "max_connections=200"],
+             "-k", str(self.data_dir), "-c", "max_connections=200", *([] if self.fsync else ["-c", "fsync=off"])],
             preexec_fn=demote, stdout=log_file, stderr=log_file, start_new_session=True,
         )
         wait_for_port("127.0.0.1", self.port, timeout_s, self.proc)
@@ -184,11 +188,14 @@ class EmbeddedPostgres:
 class EmbeddedTemporal:
     """`temporal server start-dev` with its state in a SQLite file (WAL) under `data_dir`."""
 
-    def __init__(self, data_dir: Path, port: int, ui_port: int, *, headless: bool = False) -> None:
+    def __init__(self, data_dir: Path, port: int, ui_port: int, *, headless: bool = False,
+                 fsync: bool = True) -> None:
+        """`fsync=False`: SQLite's `synchronous=OFF`, as EmbeddedPostgres's `fsync`."""
         self.data_dir = data_dir.resolve()
         self.port = port
         self.ui_port = ui_port
         self.headless = headless
+        self.fsync = fsync
         self.proc: subprocess.Popen | None = None
 
     @staticmethod
@@ -212,6 +219,7 @@ class EmbeddedTemporal:
                 # a second: every workflow step then waits up to 50 ms, and a remember's first
                 # answer ~250 ms. Raised, the same remember answers in ~80-120 ms.
                 "--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000"]
+        args += [] if self.fsync else ["--sqlite-pragma", "synchronous=OFF"]
         args += ["--headless"] if self.headless else ["--ui-port", str(self.ui_port), "--ui-disable-news-fetch"]
         self._outlive_predecessor()
         wait_until_free(self.port)
