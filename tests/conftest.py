@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import sys
 import tempfile
@@ -71,11 +72,13 @@ RAM_DIR, RAM_DIR_FREE = Path("/dev/shm"), 2 << 30
 
 @pytest.fixture(scope="session")
 def ram_root(tmp_root) -> Iterator[Path]:
-    """This worker's directory in RAM_DIR, removed at the end; tmp_root where there is none."""
+    """This worker's directory in RAM_DIR, removed at the end (and, if the worker was killed
+    instead, by the next session); tmp_root where there is none."""
     try:
+        _remove_orphans()
         if shutil.disk_usage(RAM_DIR).free < RAM_DIR_FREE:
             raise OSError("too full")
-        root = Path(tempfile.mkdtemp(prefix="engram-tests-", dir=RAM_DIR))
+        root = Path(tempfile.mkdtemp(prefix=f"engram-tests-{os.getpid()}-", dir=RAM_DIR))
     except OSError:
         yield tmp_root
         return
@@ -83,6 +86,14 @@ def ram_root(tmp_root) -> Iterator[Path]:
         yield root
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _remove_orphans() -> None:
+    """The RAM directories of test workers that are gone (killed, so never cleaned up)."""
+    for leftover in RAM_DIR.glob("engram-tests-*-*"):
+        pid = leftover.name.split("-")[2]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 @pytest.fixture
