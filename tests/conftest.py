@@ -1,6 +1,10 @@
 """Shared fixtures: one real Postgres and one real Temporal dev server per test session,
 a fresh database (cloned from a migrated template) and a fresh task queue per app, and a
-scripted fake LLM server. Nothing but the LLM is faked."""
+scripted fake LLM server. Nothing but the LLM is faked.
+
+The session's servers skip fsync and apps keep their data directories in RAM where the machine
+has room (`app_root`): what a test checks survives a killed process either way, and on our disks
+syncing took the suite from ~14 to ~20 minutes."""
 
 from __future__ import annotations
 
