@@ -422,20 +422,23 @@ def md_table(headers: list[str], rows: list[list[object]]) -> str:
     return "\n".join(lines)
 
 
-def machine_facts() -> dict[str, str]:
-    cpu = "unknown"
+def cpu_model() -> str:
+    """This machine's CPU model, as /proc/cpuinfo names it ("unknown" elsewhere)."""
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def machine_facts() -> dict[str, str]:
     commit = _git("rev-parse", "--short", "HEAD")
     dirty = _git("--no-optional-locks", "status", "--porcelain")
     if commit == "unknown" and (REPO / "SNAPSHOT.txt").exists():
         commit, dirty = (REPO / "SNAPSHOT.txt").read_text().strip(), ""
     return {
         "nproc": str(os.cpu_count()),
-        "cpu": cpu,
+        "cpu": cpu_model(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "source": f"{commit}{' (working tree has uncommitted changes)' if dirty else ''}",
@@ -467,7 +470,7 @@ def report_dir(name: str) -> Path:
     Our machines differ by up to 2x in speed, and the notes compare a stop's numbers with the
     committed ones: a run on another kind of machine must not replace them by accident."""
     committed = _report_cpu(REPORTS / f"{name}.md")
-    cpu = machine_facts()["cpu"]
+    cpu = cpu_model()
     if committed is None or committed == cpu or os.environ.get(REPLACE_ENV) == "1":
         return REPORTS
     print(f"bench/reports/{name}.md was measured on {committed!r}, this machine is {cpu!r}: writing to "

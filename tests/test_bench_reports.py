@@ -14,7 +14,7 @@ def reports(tmp_path, monkeypatch):
     monkeypatch.setattr(common, "REPORTS", committed)
     monkeypatch.setattr(common, "OTHER_MACHINE_REPORTS", other)
     monkeypatch.setattr(common, "REPO", tmp_path)
-    monkeypatch.setattr(common, "machine_facts", lambda: {"cpu": "This CPU", "nproc": "2"})
+    monkeypatch.setattr(common, "cpu_model", lambda: "This CPU")
     monkeypatch.delenv(common.REPLACE_ENV, raising=False)
     return committed, other
 
