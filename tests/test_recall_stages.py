@@ -21,6 +21,7 @@ from engram.domain.filters import Filters
 from engram.domain.models import Scope
 from engram.inference.embedder import Embedder, minilm_files
 from engram.recall import candidates
+from engram.recall import pipeline as pipeline_module
 from engram.recall import rerank as rerank_module
 from engram.recall.rerank import CrossEncoder, ms_marco_files, with_context
 from engram.store import memories
@@ -86,7 +87,26 @@ async def test_past_its_budget_the_rerank_reorders_the_fused_top_it_could_score_
         assert [h["components"]["rerank"] is not None for h in body["results"]] == [True, False, False, False, False]
         assert body["explain"]["rerank"]["reranked"] == 1 and body["explain"]["rerank"]["top_n"] == 4
         assert body["warnings"] == ["rerank_partial: reranked the fused top 1 of 4, as many as this server "
-                                    "expected to score in ENGRAM_RERANK_BUDGET_MS (1 ms)"]
+                                    "expected to score within ENGRAM_RERANK_BUDGET_MS (1 ms) of the search's start"]
+
+
+async def test_the_rerank_budget_runs_from_the_searchs_start(make_app, monkeypatch):
+    """A budget the rerank alone would fit in, all spent by the stages before it: the rerank
+    gets none of it, scores the fused first alone and says so, so the budget bounds the whole
+    search. Explain shows what was left."""
+    async with make_app(rerank_budget_ms=5_000) as app:
+        scope = {"user_id": "spent"}
+        for text in ("Ola sails a dinghy", "Ola's dinghy is called Wren", "Ola sails on the lake each summer"):
+            await app.remember(text, scope=scope, mode="sync")
+        ask = {"query": "Ola sailing her dinghy", "scope": scope, "rerank": True, "rerank_top_n": 3, "explain": True}
+        whole = (await app.post("/api/memory/search", ask)).json()
+        assert whole["warnings"] == [] and whole["explain"]["rerank"]["reranked"] == 3
+        assert 0 < whole["explain"]["rerank"]["budget_left_ms"] <= 5_000
+        clock = iter([0.0, 5.0])  # the search's start, then the rerank's: the stages took it all
+        monkeypatch.setattr(pipeline_module, "monotonic", lambda: next(clock))
+        body = (await app.post("/api/memory/search", ask)).json()
+        assert body["explain"]["rerank"]["budget_left_ms"] == 0 and body["explain"]["rerank"]["reranked"] == 1
+        assert body["warnings"][0].startswith("rerank_partial: reranked the fused top 1 of 3")
 
 
 def test_the_cross_encoder_scores_the_longest_prefix_its_prices_fit_in_the_time_left(reranker, monkeypatch):

@@ -3,8 +3,8 @@ hit and, when asked, each stage's timing.
 
 final = fused + expansion + c·log(1 + access_count), where
 fused = a·minmax(vector) + b·minmax(BM25); with rerank, as many of the top N as the reranker
-expects to score within its budget are ordered by it first, and the rest follow in their fused
-order.
+expects to score in what the search left of its budget are ordered by it first, and the rest
+follow in their fused order.
 
 Stage 1's two legs overlap: Postgres and the lexical index find BM25's top while the query is
 embedded (in a thread) and the vector index searched, so `explain`'s `embed_query` + `dense` and
@@ -28,6 +28,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from time import monotonic  # tests replace this module's clock alone
 from uuid import UUID
 
 import asyncpg
@@ -131,6 +132,7 @@ class Recall:
         left out, a spare moving up in their place.
         """
         s = self._settings
+        started = monotonic()  # the rerank budget runs from here
         explain = Explain()
         depth = max(s.search_candidates, opts.limit, opts.rerank_top_n if opts.rerank else 0)
         wanted = max(opts.limit, opts.rerank_top_n if opts.rerank else 0)
@@ -152,8 +154,11 @@ class Recall:
         warnings: list[str] = []
         if opts.rerank:
             t = time.perf_counter()
-            hits, warning = await self._rerank(query, hits, opts.rerank_top_n, context)
+            # What the search left of the budget: it bounds the whole search, not the rerank alone.
+            budget_s = max(s.rerank_budget_ms / 1000 - (monotonic() - started), 0.0) if s.rerank_budget_ms else None
+            hits, warning = await self._rerank(query, hits, opts.rerank_top_n, context, budget_s)
             explain.stage("rerank", t, model=self._reranker.name, top_n=opts.rerank_top_n,
+                          budget_left_ms=None if budget_s is None else round(budget_s * 1e3, 1),
                           reranked=sum(1 for h in hits[:opts.rerank_top_n] if h.components.rerank is not None),
                           with_context=sum(1 for h in hits[:opts.rerank_top_n]
                                            if h.components.rerank is not None and h.memory.id in context),
@@ -325,19 +330,18 @@ class Recall:
         ranked.sort(key=lambda r: (-r.score, r.created_at, r.id))
         return ranked
 
-    async def _rerank(self, query: str, hits: list[SearchHit], top_n: int, context: dict[UUID, str]
-                      ) -> tuple[list[SearchHit], str | None]:
-        """The top `top_n` ordered by the reranker: as many of them as it expects to score
-        within RERANK_BUDGET_MS, the rest following in their fused order. A memory with an entry in
-        `context` (the turn it follows in its session) is judged with it: a reply often makes
-        sense only next to what it answers."""
+    async def _rerank(self, query: str, hits: list[SearchHit], top_n: int, context: dict[UUID, str],
+                      budget_s: float | None) -> tuple[list[SearchHit], str | None]:
+        """The top `top_n` ordered by the reranker: as many of them as it expects to score in
+        `budget_s` (None: all of them; at least one), the rest following in their fused order.
+        A memory with an entry in `context` (the turn it follows in its session) is judged with
+        it: a reply often makes sense only next to what it answers."""
         s = self._settings
         head = hits[:top_n]
         texts = [with_context(h.memory.content, context.get(h.memory.id)) for h in head]
         try:
             known = tuple(sorted({secret for h in head for secret in h.memory.sensitive}))
-            scores = await self._reranker.scores(query, texts, s.rerank_timeout_ms / 1000, known,
-                                                 s.rerank_budget_ms / 1000 if s.rerank_budget_ms else None)
+            scores = await self._reranker.scores(query, texts, s.rerank_timeout_ms / 1000, known, budget_s)
         except RerankFailed as exc:
             return hits, f"rerank_failed: {exc.reason}; kept the fused order"
         if scores is None:
@@ -351,6 +355,6 @@ class Recall:
         # stays above the tail, whose order is unchanged.
         if len(scores) < len(texts):
             return head + tail, (f"rerank_partial: reranked the fused top {len(scores)} of {len(texts)}, "
-                                 "as many as this server expected to score in ENGRAM_RERANK_BUDGET_MS "
-                                 f"({s.rerank_budget_ms} ms)")
+                                 "as many as this server expected to score within ENGRAM_RERANK_BUDGET_MS "
+                                 f"({s.rerank_budget_ms} ms) of the search's start")
         return head + tail, None

@@ -6,8 +6,9 @@ thread, a few pairs of similar length per model run, under a hard timeout: past 
 order is kept and the caller warns `rerank_timeout`. An abandoned run stops at its next
 model run, so a slow rerank never holds the event loop nor piles up work.
 
-Within a budget (ENGRAM_RERANK_BUDGET_MS), the cross-encoder scores as many of the fused top
-as it expects to finish in the time left when its turn comes. It prices each prefix of the list
+Within a budget (what the search left of ENGRAM_RERANK_BUDGET_MS, which runs from its start),
+the cross-encoder scores as many of the fused top as it expects to finish in the time left when
+its turn comes. It prices each prefix of the list
 by its own cost per padded token, measured at open for a few widths (a token of a 512-token run
 costs ~2.4x one of a 128-token run: attention grows with the width) and scaled by how fast its
 recent model runs went. The same code costs about 2x more on some of our machines than others,
