@@ -195,15 +195,22 @@ async def test_a_review_in_a_frozen_scope_is_refused_until_the_freeze_lifts(pipe
 
 
 async def test_an_expiry_that_would_delete_waits_while_the_kill_switch_is_on(make_app, fake_llm):
-    async with make_app(**ollama_settings(fake_llm), review_ttl_s=1.0, review_default="replace") as app:
+    # A time limit the switch is surely on within (a second was not, once, on a busy machine).
+    async with make_app(**ollama_settings(fake_llm), review_ttl_s=4.0, review_default="replace") as app:
         review = await contradiction(app, fake_llm)
         kill = {"switch": "kill_switch", "reason": "incident"}
         assert (await app.post("/api/control", {**kill, "on": True})).status_code == 200
-        await asyncio.sleep(3)  # past the time limit: the default's step runs, and waits
+        handle = app.runtime.client.get_workflow_handle(f"review-{review['id']}")
+        for _ in range(300):  # past the time limit: the default's step runs, and is held
+            pending = (await handle.describe()).raw_description.pending_activities
+            if any("kill switch" in p.last_failure.message for p in pending):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            pytest.fail("the default's step never ran into the kill switch")
         assert (await app.get(f"/api/reviews/{review['id']}")).json()["status"] == "open"
         assert await live_facts(app) == [ALLERGIC, NOT_ALLERGIC]
         assert (await app.post("/api/control", {**kill, "on": False})).status_code == 200
-        handle = app.runtime.client.get_workflow_handle(f"review-{review['id']}")
         result = await asyncio.wait_for(handle.result(), 60)
         assert (result["status"], result["resolution"]) == ("expired", "replace")
         assert await live_facts(app) == [NOT_ALLERGIC]
