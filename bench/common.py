@@ -423,12 +423,27 @@ def md_table(headers: list[str], rows: list[list[object]]) -> str:
 
 
 def cpu_model() -> str:
-    """This machine's CPU model, as /proc/cpuinfo names it ("unknown" elsewhere)."""
+    """This machine's CPU model as /proc/cpuinfo names it ("unknown" elsewhere), and the widest
+    8-bit dot-product instructions it has (int8_level). Two machines both named "AMD EPYC" ran
+    our int8 ONNX models 2.2-2.4x apart (a rerank of 20 pairs: p50 310-344 ms in
+    bench/reports/rerank-levers.md, 722-745 ms on one with AVX2 alone; the other's flags were not
+    recorded, and AMD's Zen 4 EPYCs have AVX-512 VNNI where its Zen 3 ones have AVX2 alone)."""
     with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        info = Path("/proc/cpuinfo").read_text().splitlines()
+        name = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), None)
+        flags = next((set(line.split(":", 1)[1].split()) for line in info if line.startswith("flags")), set())
+        if name:
+            return f"{name}, {int8_level(flags)}"
     return "unknown"
+
+
+INT8_LEVELS = (("avx512_vnni", "AVX-512 VNNI"), ("avx_vnni", "AVX-VNNI"), ("avx512bw", "AVX-512"), ("avx2", "AVX2"))
+
+
+def int8_level(flags: set[str]) -> str:
+    """The widest of the instruction sets ONNX Runtime's int8 kernels pick between, by the
+    /proc/cpuinfo flags that name them; "no AVX2" below them all."""
+    return next((label for flag, label in INT8_LEVELS if flag in flags), "no AVX2")
 
 
 def machine_facts() -> dict[str, str]:
@@ -465,7 +480,9 @@ def command_line() -> str:
 
 def report_dir(name: str) -> Path:
     """Where report `name` and its plots go: bench/reports/, unless the report committed there was
-    measured on another CPU model; then bench/out/reports/, unless ENGRAM_BENCH_REPLACE=1.
+    measured on another CPU (cpu_model: the model and its int8 instructions; a report from before
+    they were named names the model alone, so it counts as another); then bench/out/reports/,
+    unless ENGRAM_BENCH_REPLACE=1.
 
     Our machines differ by up to 2x in speed, and the notes compare a stop's numbers with the
     committed ones: a run on another kind of machine must not replace them by accident."""

@@ -1,4 +1,5 @@
-"""A benchmark's report replaces the committed one only if it was measured on the same CPU model."""
+"""A benchmark's report replaces the committed one only if it was measured on the same CPU: its model
+and its widest int8 instructions."""
 
 from __future__ import annotations
 
@@ -51,3 +52,21 @@ def test_the_replace_variable_replaces_a_report_from_another_cpu_model(reports, 
     path = common.write_report("scale", "Title", "body", started=0)
     assert path == committed / "scale.md" and "- cpu: This CPU" in path.read_text()
     assert not other.exists()
+
+
+@pytest.mark.parametrize(("flags", "level"), [
+    ({"avx2", "avx512bw", "avx512_vnni", "avx_vnni"}, "AVX-512 VNNI"),
+    ({"avx2", "avx_vnni"}, "AVX-VNNI"),
+    ({"avx2", "avx512f", "avx512bw"}, "AVX-512"),
+    ({"avx", "avx2", "fma"}, "AVX2"),
+    ({"sse4_2"}, "no AVX2"),
+])
+def test_the_cpu_is_named_with_its_widest_int8_instructions(flags, level):
+    assert common.int8_level(flags) == level
+
+
+def test_a_report_naming_the_model_alone_is_not_replaced_by_one_naming_its_instructions(reports, monkeypatch):
+    committed, other = reports
+    monkeypatch.setattr(common, "cpu_model", lambda: "AMD EPYC, AVX2")
+    _committed(committed, "scale", "AMD EPYC")
+    assert common.report_dir("scale") == other
