@@ -7,7 +7,9 @@ Every lever reranks the same lists, one at a time, in this process, on an idle m
 
 - batch: pairs per model run (sorted by length, padded to the longest of the run);
 - context: how many characters of the previous turn are kept (recall.rerank.CONTEXT_CHARS);
-- threads: ONNX Runtime's intra-op threads.
+- threads: one model run at a time on ONNX Runtime's intra-op threads (the default until
+  2026-11-29), or lanes: that many model runs side by side, one intra-op thread each (the
+  service's default: 2 lanes on 2 cores, runs of up to 4 pairs as even as the lanes allow).
 
 Quality is R@10 / nDCG@10 of the evidence in the reranked list (a proxy: the real figure is
 bench.locomo's run through the service), and how often the top 10 is the same set as the
@@ -86,27 +88,33 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=150)
     parser.add_argument("--seed", type=int, default=5)
     parser.add_argument("--only", help="lever labels to run, separated by semicolons (the baseline always runs)")
+    parser.add_argument("--report", help="the report's name (default rerank-levers, or rerank-levers-only with --only)")
     args = parser.parse_args()
     started = time.time()
     lists = candidate_lists(args.questions, args.seed)
-    encoders = {threads: CrossEncoder.open(ms_marco_files(), threads=threads) for threads in (1, 2)}
-    levers = [  # (label, batch, context chars, threads)
-        ("baseline: batch 1, context 500, 2 threads", 1, 500, 2),
-        ("batch 4", 4, 500, 2), ("batch 10", 10, 500, 2), ("batch 20", 20, 500, 2),
-        ("context 200", 1, 200, 2), ("context 100", 1, 100, 2), ("no context", 1, 0, 2),
-        ("batch 4, context 200", 4, 200, 2), ("batch 10, context 200", 10, 200, 2),
-        ("batch 20, context 200", 20, 200, 2),
-        ("1 thread", 1, 500, 1), ("batch 10, 1 thread", 10, 500, 1),
+    encoders = {"2 threads": CrossEncoder.open(ms_marco_files(), threads=2, lanes=False),
+                "1 thread": CrossEncoder.open(ms_marco_files(), threads=1, lanes=False),
+                "2 lanes": CrossEncoder.open(ms_marco_files(), threads=2, lanes=True)}
+    levers = [  # (label, batch, context chars, how the runs go: an `encoders` key)
+        ("baseline: batch 1, context 500, 2 threads", 1, 500, "2 threads"),
+        ("batch 4", 4, 500, "2 threads"), ("batch 10", 10, 500, "2 threads"), ("batch 20", 20, 500, "2 threads"),
+        ("context 200", 1, 200, "2 threads"), ("context 100", 1, 100, "2 threads"), ("no context", 1, 0, "2 threads"),
+        ("batch 4, context 200", 4, 200, "2 threads"), ("batch 10, context 200", 10, 200, "2 threads"),
+        ("batch 20, context 200", 20, 200, "2 threads"),
+        ("1 thread", 1, 500, "1 thread"), ("batch 10, 1 thread", 10, 500, "1 thread"),
+        ("batch 4, 2 lanes", 4, 500, "2 lanes"), ("batch 2, 2 lanes", 2, 500, "2 lanes"),
+        ("batch 1, 2 lanes", 1, 500, "2 lanes"), ("batch 4, context 200, 2 lanes", 4, 200, "2 lanes"),
     ]
     if args.only:
         wanted = {label.strip() for label in args.only.split(";")}
         levers = [levers[0], *(lever for lever in levers[1:] if lever[0] in wanted)]
-    run(encoders[2], lists[:10], 500)  # warm-up
+    for encoder in encoders.values():  # warm-up
+        run(encoder, lists[:10], 500)
     results = []
     baseline_top = None
     for turn in range(2):  # every lever twice, interleaved: drift in machine speed hits all alike
-        for label, batch, chars, threads in levers:
-            encoder = encoders[threads]
+        for label, batch, chars, mode in levers:
+            encoder = encoders[mode]
             encoder.batch = batch
             latencies, rankings = run(encoder, lists, chars)
             if baseline_top is None:
@@ -133,8 +141,9 @@ def main() -> None:
         common.md_table(["lever", "p50 ms", "p95 ms", "p95 / baseline", "R@10", "nDCG@10", "same top 10 as baseline"],
                         rows),
     ]
-    path = common.write_report("rerank-levers" + ("-only" if args.only else ""), "Rerank levers: latency and quality of the cross-encoder alone",
-                               "\n".join(body), started=started)
+    name = args.report or "rerank-levers" + ("-only" if args.only else "")
+    path = common.write_report(name, "Rerank levers: latency and quality of the cross-encoder alone", "\n".join(body),
+                               started=started)
     print(path)
 
 

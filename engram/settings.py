@@ -63,6 +63,7 @@ class Settings(BaseSettings):
     # .700 / .520 (bench/reports/locomo.md).
     embedding_model: Literal["all-MiniLM-L6-v2", "bge-small-en-v1.5"] = "bge-small-en-v1.5"
     # Local model runs side by side (one thread each) for documents; a query runs in its own thread.
+    # Also the cross-encoder's lanes: a rerank's model runs side by side, one thread each.
     embedding_threads: int = Field(default=2, ge=1)
     # Those runs' threads are this much nicer than the rest (Linux), so a search or a remember
     # preempts a backlog's embedding instead of sharing a core with it; 0: same priority.

@@ -8,6 +8,7 @@ import dataclasses
 import os
 import random
 import threading
+import time
 import traceback
 import uuid
 
@@ -110,6 +111,7 @@ async def test_the_rerank_budget_runs_from_the_searchs_start(make_app, monkeypat
 
 
 def test_the_cross_encoder_scores_the_longest_prefix_its_prices_fit_in_the_time_left(reranker, monkeypatch):
+    monkeypatch.setattr(reranker, "lanes", 1)  # one model run at a time
     monkeypatch.setattr(reranker, "s_per_token", [0.001] * 513)  # 1 ms per padded token at any width
     monkeypatch.setattr(reranker, "speed", 1.0)
     # Runs of up to 4 texts sorted by length, each padded to its longest: the first 5 texts
@@ -134,6 +136,7 @@ def test_a_wide_run_is_priced_at_its_own_widths_cost_per_token(reranker, monkeyp
     """Attention grows with a run's width: 4 texts of 400 tokens cost more per token than 16 of
     100, and are priced so."""
     wider = [0.001 * (1 + (w - 128) / 128) for w in range(129, 513)]  # 1 ms per token up to 128 wide
+    monkeypatch.setattr(reranker, "lanes", 1)
     monkeypatch.setattr(reranker, "s_per_token", [0.001] * 129 + wider)
     monkeypatch.setattr(reranker, "speed", 1.0)
     assert reranker.affordable([100] * 16, 1.6) == 16  # 1,600 tokens at 1 ms
@@ -144,6 +147,7 @@ def test_a_wide_run_is_priced_at_its_own_widths_cost_per_token(reranker, monkeyp
 def test_each_run_moves_the_speed_a_fifth_of_the_way_to_its_own_at_most_4x(reranker, monkeypatch, ratio, moved_to):
     """A run that took `ratio` times its price at speed 1 moves the speed (2, runs went at half
     the measured speed) a fifth of the way to `ratio`; a stalled one counts as 4x the speed."""
+    monkeypatch.setattr(reranker, "lanes", 1)
     monkeypatch.setattr(reranker, "s_per_token", [1e-3] * 513)
     monkeypatch.setattr(reranker, "speed", 2.0)
     texts = ["a memory about boats"] * 4  # one run of 4
@@ -154,19 +158,56 @@ def test_each_run_moves_the_speed_a_fifth_of_the_way_to_its_own_at_most_4x(reran
     assert reranker.speed == pytest.approx(moved_to)
 
 
-def test_a_run_the_time_left_cannot_pay_for_is_not_started_and_the_scored_prefix_is_the_answer(reranker,
-                                                                                             monkeypatch):
-    """The budget admits all 12 texts; by the time the first run (the one holding the
-    best-placed text, though not the shortest texts) is done, the time is up, and no other run
-    starts. The answer is the fused prefix that run scored, each score as a full rerank gives it."""
+@pytest.mark.parametrize("lanes, prefix", [(1, 4), (2, 3)])
+def test_a_run_the_time_left_cannot_pay_for_is_not_started_and_the_scored_prefix_is_the_answer(reranker, monkeypatch,
+                                                                                             lanes, prefix):
+    """The budget admits all 12 texts; by the time the second run (past the one holding the
+    best-placed text, though not the shortest texts) is to start, the time is up, and neither it
+    nor any later run starts. The answer is the fused prefix the first run scored, each score as
+    a full rerank gives it. One lane: runs of 4, texts 3-0, 7-4, 11-8; two lanes: 4 runs of 3,
+    texts 2-0 first, the second run beside it."""
+    monkeypatch.setattr(reranker, "lanes", lanes)
     texts = [f"memory {i}: " + " ".join(["boats and harbours"] * (12 - i)) for i in range(12)]  # first longest
     everything = reranker._score_all("boats", texts, threading.Event())
     monkeypatch.setattr(reranker, "s_per_token", [1e-6] * 513)
     monkeypatch.setattr(reranker, "speed", 1.0)
-    clock = iter([0.0, 2.0])  # the budget's check, then the second run's: past the deadline
-    monkeypatch.setattr(rerank_module, "monotonic", lambda: next(clock))
+    clock = iter([0.0])  # the budget's check; then every run's, past the deadline
+    monkeypatch.setattr(rerank_module, "monotonic", lambda: next(clock, 2.0))
     scored = reranker._score_all("boats", texts, threading.Event(), deadline=1.0)
-    assert scored == pytest.approx(everything[:4], abs=1e-4)  # the runs: texts 3-0, 7-4, 11-8
+    assert scored == pytest.approx(everything[:prefix], abs=1e-4)
+
+
+def test_runs_go_side_by_side_on_the_lanes_and_are_priced_so(reranker, monkeypatch):
+    """On 2 lanes, 20 texts go in 6 runs of 4, 4, 3, 3, 3, 3 (3 rounds on each lane), not 5 of 4;
+    each run starts on the lane free first, so the price is the later lane's end; the model runs
+    overlap, on two threads."""
+    assert reranker.lanes == 2
+    assert reranker._sizes(20) == [4, 4, 3, 3, 3, 3] and reranker._sizes(3) == [2, 1] and reranker._sizes(0) == []
+    monkeypatch.setattr(reranker, "s_per_token", [0.001] * 513)
+    monkeypatch.setattr(reranker, "speed", 1.0)
+    # Runs of 0.4, 0.4, 0.3, 0.3, 0.3, 0.3 s: one lane 0.4 + 0.3 + 0.3, the other the same.
+    assert reranker._cost([100] * 20) == pytest.approx(1.0)
+    # 19 texts: runs of 4, 3, 3, 3, 3, 3: 0.4 + 0.3 + 0.3 on one lane; 18: 6 runs of 3, 0.9 s.
+    assert reranker.affordable([100] * 20, 0.99) == 18
+    monkeypatch.setattr(reranker, "lanes", 1)
+    assert reranker._cost([100] * 20) == pytest.approx(2.0)
+
+    runs: list[tuple[str, float, float]] = []
+    session = reranker._session
+
+    class Recorded:
+        def run(self, *args):
+            started = time.perf_counter()
+            out = session.run(*args)
+            runs.append((threading.current_thread().name, started, time.perf_counter()))
+            return out
+
+    monkeypatch.setattr(reranker, "lanes", 2)
+    monkeypatch.setattr(reranker, "_session", Recorded())
+    assert len(reranker._score_all("boats", ["a memory about boats and harbours"] * 8, threading.Event())) == 8
+    (first, a_start, a_end), (second, b_start, b_end) = sorted(runs, key=lambda r: r[1])
+    assert first != second and first.startswith("rerank-lane") and second.startswith("rerank-lane")
+    assert b_start < a_end  # side by side
 
 
 def test_opening_the_cross_encoder_prices_each_run_width(reranker):

