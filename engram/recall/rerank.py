@@ -14,8 +14,9 @@ at open for a few widths with every lane busy (a token of a 512-token run costs 
 128-token run: attention grows with the width), its runs going on whichever lane is free first,
 and scaled by how fast its recent model runs went. The same code costs about 2x more on some
 of our machines than others, and a machine's speed drifts by the minute; so a slow machine or a
-queue of reranks shortens the list reranked, never the budget. Runs slower than their price stop it early: a run the
-time left cannot pay for is not started, and the answer is the fused prefix scored so far.
+queue of reranks shortens the list reranked, never the budget. Runs slower than their price
+stop it early: a run the time left cannot pay for is not started, and the answer is the fused
+prefix scored so far.
 
 `LLMReranker` instead asks the primary LLM provider, if the operator declared its model
 rerank-capable (ENGRAM_LLM_RERANK), for a 0-10 score per passage. That is async I/O under the
@@ -144,7 +145,8 @@ class CrossEncoder:
     @classmethod
     def open(cls, files: CrossEncoderFiles, *, threads: int = 2, lanes: bool = True) -> "CrossEncoder":
         """Load after checking the SHA-256; raises ModelFileMismatch on a wrong file; then price
-        runs of each of PRICED_WIDTHS (~1 s on our machines).
+        runs of each of PRICED_WIDTHS (on 2 idle AVX2 cores 4.5-4.9 s on lanes, 2.2-2.7 s
+        without: each width is priced with every lane busy).
 
         With `lanes`, `threads` model runs go side by side on one ONNX Runtime thread each;
         without, one at a time on `threads` intra-op threads. On 2 idle cores with AVX2 alone, a
