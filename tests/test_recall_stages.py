@@ -8,7 +8,6 @@ import dataclasses
 import os
 import random
 import threading
-import time
 import traceback
 import uuid
 
@@ -192,26 +191,44 @@ def test_runs_go_side_by_side_on_the_lanes_and_are_priced_so(reranker, monkeypat
     monkeypatch.setattr(reranker, "lanes", 1)
     assert reranker._cost([100] * 20) == pytest.approx(2.0)
 
-    runs: list[tuple[str, float, float]] = []
+    lanes: list[str] = []
     session = reranker._session
+    # Each run waits for the other to begin: one after the other, the first would wait in vain.
+    together = threading.Barrier(2, timeout=30)
 
     class Recorded:
         def run(self, *args):
-            started = time.perf_counter()
-            out = session.run(*args)
-            runs.append((threading.current_thread().name, started, time.perf_counter()))
-            return out
+            lanes.append(threading.current_thread().name)
+            together.wait()
+            return session.run(*args)
 
     monkeypatch.setattr(reranker, "lanes", 2)
     monkeypatch.setattr(reranker, "_session", Recorded())
     assert len(reranker._score_all("boats", ["a memory about boats and harbours"] * 8, threading.Event())) == 8
-    (first, a_start, a_end), (second, b_start, b_end) = sorted(runs, key=lambda r: r[1])
-    assert first != second and first.startswith("rerank-lane") and second.startswith("rerank-lane")
-    assert b_start < a_end  # side by side
+    assert len(set(lanes)) == 2 and all(name.startswith("rerank-lane") for name in lanes)
 
 
 def test_opening_the_cross_encoder_prices_each_run_width(reranker):
     assert len(reranker.s_per_token) == reranker.max_tokens + 1
+    assert all(price > 0 for price in reranker.s_per_token[1:])
+
+
+def test_pricing_runs_hold_at_most_512_tokens_on_every_lane_at_once(reranker, monkeypatch):
+    """Two rounds per width, each a run on both lanes; a wide width's run holds fewer rows (at
+    least one), so the 512 width costs what the 128 width does, not four times it."""
+    shapes: list[tuple[int, int]] = []
+    session = reranker._session
+
+    class Recorded:
+        def run(self, names, feeds):
+            shapes.append(feeds["input_ids"].shape)
+            return session.run(names, feeds)
+
+    monkeypatch.setattr(reranker, "_session", Recorded())
+    monkeypatch.setattr(reranker, "s_per_token", reranker.s_per_token)  # both restored afterwards
+    monkeypatch.setattr(reranker, "speed", reranker.speed)
+    reranker._price()
+    assert shapes == [(4, 32)] * 4 + [(4, 128)] * 4 + [(2, 256)] * 4 + [(1, 512)] * 4
     assert all(price > 0 for price in reranker.s_per_token[1:])
 
 

@@ -118,6 +118,9 @@ class CrossEncoder:
     # Run widths (tokens) whose cost per token open() measures; widths between are priced by
     # straight lines between them, shorter ones as the shortest.
     PRICED_WIDTHS = (32, 128, 256, 512)
+    # Tokens in a pricing run at most (at least one row): rows cost alike at one width, and a
+    # 512-token width in runs of BATCH rows on every lane made open() twice as slow on lanes.
+    PRICING_TOKENS = 512
     # How fast the price follows this machine's speed: each run moves the speed factor this
     # much of the way to the run's own.
     COST_SMOOTHING = 0.2
@@ -145,8 +148,8 @@ class CrossEncoder:
     @classmethod
     def open(cls, files: CrossEncoderFiles, *, threads: int = 2, lanes: bool = True) -> "CrossEncoder":
         """Load after checking the SHA-256; raises ModelFileMismatch on a wrong file; then price
-        runs of each of PRICED_WIDTHS (on 2 idle AVX2 cores 4.5-4.9 s on lanes, 2.2-2.7 s
-        without: each width is priced with every lane busy).
+        runs of each of PRICED_WIDTHS with every lane busy (on 2 idle AVX2 cores, 2.0-2.5 s in
+        all; 5.0-5.7 s while each pricing run held BATCH rows whatever its width).
 
         With `lanes`, `threads` model runs go side by side on one ONNX Runtime thread each;
         without, one at a time on `threads` intra-op threads. On 2 idle cores with AVX2 alone, a
@@ -170,16 +173,18 @@ class CrossEncoder:
         return encoder
 
     def _price(self) -> None:
-        """Each priced width's seconds per token: the faster of two rounds of a run of BATCH rows
-        on every lane at once (a session's first run of a shape allocates; side by side, runs
-        share the caches and the memory bus, so each is priced as it will go)."""
+        """Each priced width's seconds per token: the faster of two rounds of a run on every lane
+        at once (a session's first run of a shape allocates; side by side, runs share the caches
+        and the memory bus, so each is priced as it will go), a run holding BATCH rows or as
+        many as PRICING_TOKENS allows."""
         measured = {}
         for width in sorted({w for w in self.PRICED_WIDTHS if w < self.max_tokens} | {self.max_tokens}):
-            ones = np.ones((self.batch, width), dtype=np.int64)
+            rows = max(1, min(self.batch, self.PRICING_TOKENS // width))
+            ones = np.ones((rows, width), dtype=np.int64)
             feeds = {"input_ids": ones * 1000, "attention_mask": ones, "token_type_ids": ones * 0}
             feeds = {k: v for k, v in feeds.items() if k in self._inputs}
             rounds = [max(self._on_lanes(self._timed_run, [feeds] * self.lanes)) for _ in range(2)]
-            measured[width] = min(rounds) / (self.batch * width)
+            measured[width] = min(rounds) / (rows * width)
         widths = sorted(measured)
         self.s_per_token = [float(np.interp(width, widths, [measured[w] for w in widths]))
                             for width in range(self.max_tokens + 1)]
