@@ -158,12 +158,33 @@ async def test_access_counts_are_added_up_off_the_hot_path_and_written_together(
         await app.search("marathon", scope={"user_id": "alice"}, limit=1)
     marathon = uuid.UUID(ids[2])
     for _ in range(100):
-        if await app.count("SELECT access_count FROM memories WHERE id = $1", marathon) == 3:
+        if await app.count("SELECT access_count FROM memory_access WHERE memory_id = $1", marathon) == 3:
             break
         await asyncio.sleep(0.05)
-    row = await app.pool.fetchrow("SELECT access_count, last_accessed FROM memories WHERE id = $1", marathon)
+    row = await app.pool.fetchrow("SELECT access_count, last_accessed FROM memory_access WHERE memory_id = $1",
+                                  marathon)
     assert row["access_count"] == 3 and row["last_accessed"] is not None
-    assert await app.count("SELECT sum(access_count) FROM memories") == 3
+    assert await app.count("SELECT sum(access_count) FROM memory_access") == 3
+    shown = (await app.get(f"/api/memory/{marathon}")).json()
+    assert shown["access_count"] == 3 and shown["last_accessed"] is not None
+
+
+async def test_counting_an_access_writes_no_new_version_of_the_memorys_row(app):
+    """The count lives in `memory_access`: the memory's row (its version in the heap, `ctid` and
+    `xmin`) is the same after its accesses are written, so its indexes gain nothing."""
+    ids = [uuid.UUID(i) for i in await _load(app)]
+    before = {r["id"]: (r["ctid"], r["xmin"]) for r in await app.pool.fetch(
+        "SELECT id, ctid, xmin::text FROM memories WHERE id = ANY($1::uuid[])", ids)}
+    counts = AccessCounts(app.pool, flush_s=3600)
+    counts.add(ids)
+    counts.add(ids[:1])
+    await counts.aclose()
+    after = {r["id"]: (r["ctid"], r["xmin"]) for r in await app.pool.fetch(
+        "SELECT id, ctid, xmin::text FROM memories WHERE id = ANY($1::uuid[])", ids)}
+    assert after == before
+    got = {r["memory_id"]: r["access_count"] for r in await app.pool.fetch(
+        "SELECT memory_id, access_count FROM memory_access WHERE memory_id = ANY($1::uuid[])", ids)}
+    assert got == {ids[0]: 2, **{i: 1 for i in ids[1:]}}
 
 
 async def test_access_counts_survive_a_failed_write_and_are_written_at_close(app, monkeypatch):
@@ -186,7 +207,7 @@ async def test_access_counts_survive_a_failed_write_and_are_written_at_close(app
     assert written == [{ids[0]: 1, ids[1]: 1}, {ids[0]: 1, ids[1]: 2, ids[2]: 1}], \
         "what failed is merged with what came meanwhile, and written at close at the latest"
     got = {r["id"]: r["access_count"] for r in await app.pool.fetch(
-        "SELECT id, access_count FROM memories WHERE id = ANY($1::uuid[])", ids)}
+        f"SELECT m.id, {repo.ACCESS_COUNT} AS access_count FROM memories m WHERE m.id = ANY($1::uuid[])", ids)}
     assert got == {ids[0]: 1, ids[1]: 2, ids[2]: 1, **{i: 0 for i in ids[3:]}}
 
 

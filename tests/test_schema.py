@@ -327,3 +327,35 @@ async def test_migration_0017_types_and_trusts_existing_memories_without_changin
         note: ("note", "FACT", "SEMI_TRUSTED", 1.0, "key:ana", None, "active"),
         fact: ("preference", "PREFERENCE", "UNTRUSTED", 0.5, "system:pipeline", None, "active"),
     }
+
+
+async def test_migration_0022_moves_access_counts_out_of_the_memories_rows(postgres, migrations_dir):
+    """A database written before 0022 kept each memory's access count in its row. The counts
+    move to `memory_access` (a memory never accessed gets no row) and the columns leave
+    `memories`; running the file again changes nothing."""
+    access = migrations_dir / "0022_memory_access.sql"
+    held_back = access.read_text()
+    access.unlink()
+    dsn = await empty_database(postgres)
+    await db.migrate(dsn)
+    seen, seen_undated, unseen = (uuid.uuid4() for _ in range(3))
+    async with connect(dsn) as conn:
+        for n, memory_id in enumerate((seen, seen_undated, unseen)):
+            await conn.execute(INSERT_MEMORY.replace("'hash-of-tea'", f"'hash-{n}'"), memory_id)
+        await conn.execute("UPDATE memories SET access_count = 4, last_accessed = now() - interval '1 day'"
+                           " WHERE id = $1", seen)
+        await conn.execute("UPDATE memories SET access_count = 2 WHERE id = $1", seen_undated)
+        dated = await conn.fetchval("SELECT last_accessed FROM memories WHERE id = $1", seen)
+        updated = await conn.fetchval("SELECT updated_at FROM memories WHERE id = $1", seen_undated)
+    access.write_text(held_back)
+
+    assert await db.migrate(dsn) == [22]
+
+    async with connect(dsn) as conn:
+        moved = {r["memory_id"]: (r["access_count"], r["last_accessed"])
+                 for r in await conn.fetch("SELECT * FROM memory_access")}
+        assert moved == {seen: (4, dated), seen_undated: (2, updated)}
+        assert not await conn.fetchval("SELECT count(*) FROM information_schema.columns WHERE table_name = 'memories'"
+                                       " AND column_name IN ('access_count', 'last_accessed')")
+        await conn.execute(held_back)
+        assert await conn.fetchval("SELECT count(*) FROM memory_access") == 2

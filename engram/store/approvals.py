@@ -18,7 +18,6 @@ _SELECT = f"""
            a.timed_out, a.expires_at AS a_expires_at, a.created_at AS a_created_at, a.decided_at, {repo.MEMORY_COLUMNS}
     FROM memory_approvals a JOIN memories m ON m.id = a.memory_id
 """
-_MEMORY_FIELDS = [c.strip().removeprefix("m.") for c in repo.MEMORY_COLUMNS.split(",")]
 
 
 def _approval(row: asyncpg.Record) -> Approval:
@@ -26,7 +25,7 @@ def _approval(row: asyncpg.Record) -> Approval:
         id=row["a_id"], status=row["a_status"], reason=row["a_reason"], requested_by=row["requested_by"],
         decided_by=row["decided_by"], decided_reason=row["decided_reason"], timed_out=row["timed_out"],
         expires_at=row["a_expires_at"], created_at=row["a_created_at"], decided_at=row["decided_at"],
-        memory=repo.row_to_memory({name: row[name] for name in _MEMORY_FIELDS}))
+        memory=repo.row_to_memory({name: row[name] for name in repo.MEMORY_FIELDS}))
 
 
 async def insert(conn: asyncpg.Connection, approval_id: UUID, *, memory_id: UUID, scope: Scope, reason: str,

@@ -19,14 +19,21 @@ from engram.domain.text import content_hash, normalize, term_frequencies
 from engram.store import history, lexical_index
 from engram.store.sql import Where
 
-MEMORY_COLUMNS = """
-    m.id, m.content, m.user_id, m.agent_id, m.run_id, m.type, m.category, m.tags, m.who,
-    m.source_type, m.source_id, m.session_id, m.metadata, m.pinned, m.is_deleted, m.deleted_at,
-    m.confidence, m.importance, m.extraction_status, m.extracted, m.access_count, m.last_accessed,
-    m.embedding_model, m.extraction_model, m.content_hash, m.created_at, m.updated_at,
-    m.updated_by, m.version, m.status, m.manual_override_until, m.kind, m.derived_from, m.sensitive,
-    m.entities, m.trust, m.memory_type, m.expires_at, m.created_by, m.agent_chain, m.origin, m.approval
-"""
+# A memory's access count and its last access live in `memory_access` (migration 0022), read
+# by memory `m`; a memory that was never a search result has no row there.
+ACCESS_COUNT = "coalesce((SELECT ma.access_count FROM memory_access ma WHERE ma.memory_id = m.id), 0)"
+LAST_ACCESSED = "(SELECT ma.last_accessed FROM memory_access ma WHERE ma.memory_id = m.id)"
+# The fields of `Memory`, in the order MEMORY_COLUMNS reads them.
+MEMORY_FIELDS = (
+    "id", "content", "user_id", "agent_id", "run_id", "type", "category", "tags", "who",
+    "source_type", "source_id", "session_id", "metadata", "pinned", "is_deleted", "deleted_at",
+    "confidence", "importance", "extraction_status", "extracted", "access_count", "last_accessed",
+    "embedding_model", "extraction_model", "content_hash", "created_at", "updated_at",
+    "updated_by", "version", "status", "manual_override_until", "kind", "derived_from", "sensitive",
+    "entities", "trust", "memory_type", "expires_at", "created_by", "agent_chain", "origin", "approval",
+)
+_READ_AS = {"access_count": ACCESS_COUNT, "last_accessed": LAST_ACCESSED}
+MEMORY_COLUMNS = ", ".join(f"{_READ_AS[f]} AS {f}" if f in _READ_AS else f"m.{f}" for f in MEMORY_FIELDS)
 
 
 def row_to_memory(row: asyncpg.Record) -> Memory:
@@ -317,7 +324,7 @@ async def candidate_rows(
               if neighbours else "")
     rows = await conn.fetch(
         f"""
-        SELECT m.id, m.created_at, m.access_count, m.has_facts,
+        SELECT m.id, m.created_at, {ACCESS_COUNT} AS access_count, m.has_facts,
                CASE WHEN m.embedding_model = $3 THEN 1 - (m.embedding <=> $2) END AS similarity,
                {score} AS bm25{around}
         FROM memories m WHERE {where.sql()}""",
@@ -427,16 +434,20 @@ async def set_extraction_status(conn: asyncpg.Connection | asyncpg.Pool, memory_
 
 
 async def add_accesses(pool: asyncpg.Pool, tally: dict[UUID, tuple[int, datetime]]) -> None:
-    """Add each memory's accesses (id -> (how many, the last one's time)) to its row. Rows are
-    locked in id order, as every statement here that changes several memories locks them, so
-    this never deadlocks with one; a memory gone since is skipped."""
+    """Add each memory's accesses (id -> (how many, the last one's time)) to its `memory_access`
+    row, which the first access creates; a memory gone since is skipped. The memories' own rows
+    are not written: each one a new row is made for is only key-share locked (what its foreign
+    key takes), in id order, as every statement here that changes several memories locks them,
+    so this never deadlocks with one and waits for no change that keeps the memory's id."""
     ids = sorted(tally)
     await pool.execute(
         """
-        WITH locked AS (SELECT id FROM memories WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE)
-        UPDATE memories m SET access_count = m.access_count + a.n, last_accessed = greatest(m.last_accessed, a.at)
-        FROM unnest($1::uuid[], $2::bigint[], $3::timestamptz[]) AS a(id, n, at), locked l
-        WHERE m.id = a.id AND l.id = a.id
+        INSERT INTO memory_access AS a (memory_id, access_count, last_accessed)
+        SELECT t.id, t.n, t.at FROM unnest($1::uuid[], $2::bigint[], $3::timestamptz[]) AS t(id, n, at)
+        WHERE EXISTS (SELECT 1 FROM memories m WHERE m.id = t.id)
+        ORDER BY t.id
+        ON CONFLICT (memory_id) DO UPDATE SET access_count = a.access_count + excluded.access_count,
+            last_accessed = greatest(a.last_accessed, excluded.last_accessed)
         """,
         ids, [tally[i][0] for i in ids], [tally[i][1] for i in ids],
     )

@@ -225,8 +225,6 @@ CREATE TABLE memories (
     extraction_status text NOT NULL DEFAULT 'pending'::text,
     extracted jsonb,
     importance real NOT NULL DEFAULT 0.5,
-    access_count bigint NOT NULL DEFAULT 0,
-    last_accessed timestamp with time zone,
     embedding vector,
     embedding_model text,
     extraction_model text,
@@ -287,6 +285,15 @@ CREATE INDEX memories_status_idx ON public.memories USING btree (status) WHERE (
 CREATE INDEX memories_type_idx ON public.memories USING btree (type);
 CREATE INDEX memories_unsealed_idx ON public.memories USING btree (created_at, id) WHERE (chain_hash IS NULL);
 CREATE INDEX memories_user_idx ON public.memories USING btree (user_id, created_at);
+
+CREATE TABLE memory_access (
+    memory_id uuid NOT NULL,
+    access_count bigint NOT NULL,
+    last_accessed timestamp with time zone NOT NULL,
+    CONSTRAINT memory_access_memory_id_fkey FOREIGN KEY (memory_id) REFERENCES memories(id) ON DELETE CASCADE,
+    CONSTRAINT memory_access_pkey PRIMARY KEY (memory_id)
+);
+CREATE UNIQUE INDEX memory_access_pkey ON public.memory_access USING btree (memory_id);
 
 CREATE TABLE memory_approvals (
     id uuid NOT NULL,
