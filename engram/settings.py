@@ -34,6 +34,9 @@ class Settings(BaseSettings):
     # System of record. Empty: `engram up` starts embedded Postgres under data_dir.
     postgres_dsn: str = ""
     embedded_postgres_port: int = 55432
+    # Its buffer cache in MB. 0: an eighth of the machine's memory, 128 MB to 1 GB
+    # (worker.embedded.default_shared_buffers_mb: why).
+    embedded_postgres_shared_buffers_mb: int = Field(default=0, ge=0)
     postgres_pool_min: int = 2
     postgres_pool_max: int = 10
 

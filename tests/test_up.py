@@ -3,6 +3,7 @@ against it, a clean Ctrl-C, and a restart that finds every memory again."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -10,11 +11,12 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import asyncpg
 import httpx
 import pytest
 
 from tests.process import EngramProcess
-from worker.embedded import free_port
+from worker.embedded import EmbeddedPostgres, default_shared_buffers_mb, free_port
 
 
 @pytest.fixture
@@ -51,6 +53,8 @@ def test_up_serves_the_cli_and_keeps_everything_across_a_restart(engram):
     assert key.startswith("engram_")
     children = _children_of(engram.proc.pid)
     assert any("postgres" in c for c in children) and any("temporal" in c for c in children)
+    assert asyncio.run(_shared_buffers_mb(int(engram.env["ENGRAM_EMBEDDED_POSTGRES_PORT"]))) == (
+        default_shared_buffers_mb())
 
     # Each CLI run is a process that spends most of a second importing: commands that do not
     # depend on each other's answers run side by side.
@@ -88,6 +92,32 @@ def test_up_serves_the_cli_and_keeps_everything_across_a_restart(engram):
         assert hits["results"][0]["components"]["vector"] > 0.3  # the Qdrant shard came back too
         again = http.post("/api/memory/remember", json={"content": "Olga speaks Finnish", "scope": {"user_id": "olga"}})
         assert again.json()["memory_id"] == stored[2]["memory_id"]
+
+
+async def _shared_buffers_mb(port: int) -> int:
+    conn = await asyncpg.connect(f"postgresql://postgres@127.0.0.1:{port}/engram")
+    try:  # pg_settings counts shared_buffers in 8 kB blocks
+        return await conn.fetchval("SELECT setting::int * 8 / 1024 FROM pg_settings WHERE name = 'shared_buffers'")
+    finally:
+        await conn.close()
+
+
+@pytest.mark.parametrize(("memory_mb", "buffers_mb"), [(512, 128), (2048, 256), (4096, 512), (24105, 1024)])
+def test_the_embedded_postgres_caches_an_eighth_of_memory_from_postgres_default_up_to_1_gb(memory_mb, buffers_mb):
+    assert default_shared_buffers_mb(memory_mb) == buffers_mb
+
+
+def test_the_embedded_postgres_buffer_cache_can_be_set_and_overrides_its_config_file(tmp_path):
+    server = EmbeddedPostgres(tmp_path / "pg", free_port(), fsync=False, shared_buffers_mb=160)
+    server.start()
+    try:
+        subprocess.run([str(server.bin_dir / "psql"), server.dsn(), "-c", "ALTER SYSTEM SET shared_buffers = '64MB'"],
+                       check=True, capture_output=True)
+        server.stop()
+        server.start()
+        assert asyncio.run(_shared_buffers_mb(server.port)) == 160
+    finally:
+        server.stop()
 
 
 def _role_pid(parent: int, role: str) -> int | None:

@@ -78,18 +78,41 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+# Postgres's own default, and the most default_shared_buffers_mb() gives.
+MIN_SHARED_BUFFERS_MB = 128
+MAX_SHARED_BUFFERS_MB = 1024
+
+
+def default_shared_buffers_mb(memory_mb: int | None = None) -> int:
+    """The embedded server's buffer cache: an eighth of the machine's memory (`memory_mb`, read
+    from /proc/meminfo when None), from Postgres's default of 128 MB up to 1 GB.
+
+    Postgres's 128 MB held a third of the memories' heap at 100,000 memories in one scope, so a
+    search read ~135 blocks from the kernel's page cache, and our machines drop that cache
+    about once an hour: searches after a drop read from disk and took 2x as long, p50 and p95,
+    for hundreds of searches (bench/reports/cold-cache.md). 1 GB holds that scope's hot pages
+    and a drop costs nothing. Linux backs the buffers as Postgres fills them, so a small store
+    never uses them."""
+    if memory_mb is None:
+        with open("/proc/meminfo") as meminfo:
+            memory_mb = next(int(line.split()[1]) // 1024 for line in meminfo if line.startswith("MemTotal:"))
+    return max(MIN_SHARED_BUFFERS_MB, min(memory_mb // 8, MAX_SHARED_BUFFERS_MB))
+
+
 class EmbeddedPostgres:
     """PostgreSQL 18 + pgvector under `data_dir`, listening on 127.0.0.1:`port`."""
 
     SYSTEM_USER = "embedded_postgres"  # postgres refuses to run as root
 
-    def __init__(self, data_dir: Path, port: int, *, fsync: bool = True) -> None:
+    def __init__(self, data_dir: Path, port: int, *, fsync: bool = True, shared_buffers_mb: int | None = None) -> None:
         """`fsync=False` (the tests' servers): Postgres never waits for the disk. A killed
         server still loses nothing it committed (its writes sit in the kernel's page cache);
-        only a crash of the machine itself could."""
+        only a crash of the machine itself could. `shared_buffers_mb`: the buffer cache, by
+        default `default_shared_buffers_mb()`; it overrides any postgresql.conf setting."""
         self.data_dir = data_dir.resolve()
         self.port = port
         self.fsync = fsync
+        self.shared_buffers_mb = shared_buffers_mb  # None: default_shared_buffers_mb() at start
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -115,9 +138,11 @@ class EmbeddedPostgres:
         self._clear_stale_pid(pgdata)
         wait_until_free(self.port)
         log_file = open(self.data_dir / "postgres.log", "ab")
+        buffers_mb = self.shared_buffers_mb or default_shared_buffers_mb()
         self.proc = subprocess.Popen(
             [str(self.bin_dir / "postgres"), "-D", str(pgdata), "-h", "127.0.0.1", "-p", str(self.port),
-             "-k", str(self.data_dir), "-c", "max_connections=200", *([] if self.fsync else ["-c", "fsync=off"])],
+             "-k", str(self.data_dir), "-c", "max_connections=200", "-c", f"shared_buffers={buffers_mb}MB",
+             *([] if self.fsync else ["-c", "fsync=off"])],
             preexec_fn=demote, stdout=log_file, stderr=log_file, start_new_session=True,
         )
         wait_for_port("127.0.0.1", self.port, timeout_s, self.proc)

@@ -64,7 +64,8 @@ async def up(settings: Settings) -> None:
         loop.add_signal_handler(sig, stop.set)
     try:
         if not settings.postgres_dsn:
-            pg = EmbeddedPostgres(settings.data_dir / "postgres", settings.embedded_postgres_port)
+            pg = EmbeddedPostgres(settings.data_dir / "postgres", settings.embedded_postgres_port,
+                                  shared_buffers_mb=settings.embedded_postgres_shared_buffers_mb or None)
             pg.start()
             servers["postgres"] = pg
             settings = settings.model_copy(update={"postgres_dsn": pg.dsn()})
