@@ -229,6 +229,18 @@ def page_cache_share(path: Path) -> tuple[int, int] | None:
     return cached, total
 
 
+def page_cache_drops() -> int | None:
+    """How many times the kernel's page cache was dropped since boot (/proc/vmstat drop_pagecache:
+    a write to /proc/sys/vm/drop_caches); None where the kernel does not count them. Our machines
+    drop it about once an hour: afterwards a search reads from the disk what Postgres's buffer
+    cache does not hold (bench/reports/cold-cache.md)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/vmstat").read_text().splitlines():
+            if line.startswith("drop_pagecache "):
+                return int(line.split()[1])
+    return None
+
+
 def wait_indexes_settled(svc: Service, timeout_s: float) -> tuple[float, tuple[int, int], bool, tuple[int, int]]:
     """Wait until the lexical index holds every memory with its current weights (`/readyz`:
     `to_index` and `to_reweigh` 0) and neither index is being optimised. Until then search scores

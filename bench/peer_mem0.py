@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from bench import common, ingest, locomo_data
-from worker.embedded import EmbeddedPostgres, free_port
+from worker.embedded import EmbeddedPostgres, default_shared_buffers_mb, free_port
 
 # mem0ai and the psycopg pins of its `vector-stores` extra (the binary build brings libpq)
 MEM0_REQUIREMENTS = ["mem0ai==2.2.1", "psycopg[binary]>=3.2.8", "psycopg-pool>=3.2.6,<4"]
@@ -428,6 +428,9 @@ def size_section(size: int, engram: Run, mem0: Run) -> list[str]:
         "- 1-minute load average before ingesting / after the last search (2 cores; anything above the "
         f"system's own load is another engineer's work): Engram {engram.load[0]:.2f} / {engram.load[1]:.2f}, "
         f"mem0 {mem0.load[0]:.2f} / {mem0.load[1]:.2f}.",
+        "- times the kernel's page cache was dropped from Engram's ingest to the last search (/proc/vmstat "
+        f"drop_pagecache; after one, what is not in Postgres's buffer cache, {default_shared_buffers_mb()} MB "
+        f"for each system, is read from the disk): {engram.facts['page_cache_drops']}.",
         "",
     ]
 
@@ -524,6 +527,7 @@ def main() -> None:
         print(f"{size} memories", flush=True)
         texts = list(itertools.islice(ingest.unique_texts(f"peer-{size}"), size))
         scope = f"peer-{size}"
+        drops = common.page_cache_drops()
         with contextlib.ExitStack() as stack:
             engram = stack.enter_context(engram_loaded(size, texts, scope))
             mem0 = stack.enter_context(
@@ -531,6 +535,8 @@ def main() -> None:
             print("  searching, the systems taking turns", flush=True)
             search_in_turns([engram, mem0], queries)
         engram, mem0 = engram.run, mem0.run
+        after = common.page_cache_drops()
+        engram.facts["page_cache_drops"] = None if drops is None or after is None else after - drops
         for r in (engram, mem0):
             p = common.percentiles(r.search_ms)
             print(f"  {r.system}: {r.rate:.1f} memories/s; search p50/p95/p99 "
