@@ -78,7 +78,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-# Postgres's own default, and the most default_shared_buffers_mb() gives.
+# The least default_shared_buffers_mb() gives (Postgres's own default), and the most.
 MIN_SHARED_BUFFERS_MB = 128
 MAX_SHARED_BUFFERS_MB = 1024
 
@@ -88,11 +88,11 @@ def default_shared_buffers_mb(memory_mb: int | None = None) -> int:
     from /proc/meminfo when None), from Postgres's default of 128 MB up to 1 GB.
 
     Postgres's 128 MB held a third of the memories' heap at 100,000 memories in one scope, so a
-    search read ~135 blocks from the kernel's page cache, and our machines drop that cache
-    about once an hour: searches after a drop read from disk and took 2x as long, p50 and p95,
-    for hundreds of searches (bench/reports/cold-cache.md). 1 GB holds that scope's hot pages
-    and a drop costs nothing. Linux backs the buffers as Postgres fills them, so a small store
-    never uses them."""
+    search read 120-140 blocks from the kernel's page cache, and our machines drop that cache
+    about once an hour: the first 200 searches after a drop read from disk and took 1.3-2x as
+    long, p50 and p95 (bench/reports/cold-cache.md). 1 GB holds that scope's hot pages: a search
+    reads 0-8 blocks from outside it and a drop costs 1.01-1.11x at p50. Linux backs the buffers
+    as Postgres fills them, so a small store never uses them."""
     if memory_mb is None:
         with open("/proc/meminfo") as meminfo:
             memory_mb = next(int(line.split()[1]) // 1024 for line in meminfo if line.startswith("MemTotal:"))
