@@ -147,6 +147,25 @@ async def test_a_documents_vector_does_not_depend_on_what_it_is_embedded_with(em
     assert np.allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-6)
 
 
+async def test_a_query_is_tokenised_in_the_callers_thread_and_gets_its_document_vector(embedder, monkeypatch):
+    """A search tokenises its query on the event loop and sends only the model run to a thread
+    (a thread waits for the GIL at each Python step while the loop is busy): the vector is the
+    one the same text gets as a document, bit for bit."""
+    query = "who keeps bees on a rooftop?"
+    as_document = embedder.embed_sync([embedder.files.query_prefix + query], parallel=False)[0]
+    tokenizer, tokenised_in = embedder._tokenizer, []
+
+    class Watched:
+        def encode(self, text):
+            tokenised_in.append(threading.current_thread().name)
+            return tokenizer.encode(text)
+
+    monkeypatch.setattr(embedder, "_tokenizer", Watched())
+    vector = await embedder.embed_query(query)
+    assert tokenised_in == [threading.current_thread().name]
+    assert np.array_equal(vector, as_document)
+
+
 @pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="per-thread nice and SCHED_IDLE are Linux features")
 async def test_documents_embed_on_threads_nicer_than_the_caller_and_queries_in_the_callers_thread(monkeypatch):
     """A backlog's embedding yields the CPU to searches: its pool threads run EMBEDDING_NICE

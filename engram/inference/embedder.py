@@ -162,18 +162,34 @@ class Embedder:
         return await asyncio.to_thread(self.embed_sync, texts)
 
     async def embed_query(self, query: str) -> np.ndarray:
-        """One query's vector (with the model's query instruction, if it has one)."""
-        return (await asyncio.to_thread(self.embed_sync, [self.files.query_prefix + query], parallel=False))[0]
+        """One query's vector (with the model's query instruction, if it has one).
+
+        The query is tokenised and its inputs built in the calling thread, the event loop
+        (~0.1 ms); only the model run, which releases the GIL, goes to a thread. Each step a
+        thread runs in Python waits for the GIL while the loop is busy with the search's other
+        leg: in the service, at 10k memories in one scope, tokenising there took p50 0.25 but
+        p90 1.5 ms, and building the inputs p90 0.9 ms (against ~0.1 ms alone)."""
+        feeds = self._feeds(self._tokenizer.encode(self.files.query_prefix + query))
+        return self._pooled(await asyncio.to_thread(self._run, feeds))
 
     def count_tokens(self, text: str) -> int:
         return len(self._tokenizer.encode(text).ids)
 
     def _embed_one(self, encoding) -> np.ndarray:
+        return self._pooled(self._run(self._feeds(encoding)))
+
+    def _feeds(self, encoding) -> dict[str, np.ndarray]:
         ids = np.asarray([encoding.ids], dtype=np.int64)
         feeds = {"input_ids": ids, "attention_mask": np.asarray([encoding.attention_mask], dtype=np.int64)}
         if "token_type_ids" in self._input_names:
             feeds["token_type_ids"] = np.zeros_like(ids)
-        hidden = self._session.run(None, feeds)[0][0]
+        return feeds
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        """The model's last hidden state for one text, (tokens, dim)."""
+        return self._session.run(None, feeds)[0][0]
+
+    def _pooled(self, hidden: np.ndarray) -> np.ndarray:
         vector = hidden[0] if self.files.pooling == "cls" else hidden.mean(axis=0)  # no padding: every token counts
         return vector / max(float(np.linalg.norm(vector)), 1e-12)
 
