@@ -66,6 +66,7 @@ class SizeResult:
     embed: Series
     cpu_ms_per_search: dict[str, float]
     page_cache: tuple[int, int] | None  # (bytes cached, bytes) of the data directory before the searches
+    page_cache_drops: int | None = None  # the kernel's page cache dropped while searching (None: not counted)
 
 
 def search_series(svc: common.Service, label: str, corpus: Corpus, asks: list[tuple[str, int]],
@@ -114,6 +115,7 @@ def measure(svc: common.Service, corpus: Corpus, embedder, asks, rerank_asks, wa
     print(f"  waited {common.wait_indexes_settled(svc, 3600)[0]:.0f} s for the indexes to settle", flush=True)
     planner = common.planner_stats(svc)
     page_cache = common.page_cache_share(svc.data_dir)
+    drops = common.page_cache_drops()
     search_series(svc, "warm-up", corpus, warm_asks)
     search_series(svc, "warm-up", corpus, warm_asks[:3], rerank=True)
     healthz = get_series(svc, "baseline: GET /healthz", "/healthz", len(asks))
@@ -127,8 +129,9 @@ def measure(svc: common.Service, corpus: Corpus, embedder, asks, rerank_asks, wa
     rerank = search_series(svc, f"search with rerank (top {RERANK_TOP_N})", corpus, rerank_asks,
                            rerank=True, rerank_top_n=RERANK_TOP_N)
     embed = embed_series(embedder, asks)
+    after = common.page_cache_drops()
     return SizeResult(size, size // len(corpus.order), load_step, points, planner, healthz, search, explain,
-                      rerank, embed, cpu, page_cache)
+                      rerank, embed, cpu, page_cache, None if drops is None or after is None else after - drops)
 
 
 # -- the run -----------------------------------------------------------------------------------------
@@ -257,6 +260,10 @@ def report(results: list[SizeResult], model: str, scopes: int, pool: int, plots:
     out.extend(f"- At {r.size:,} the OS page cache held {r.page_cache[0] / 2**30:.1f} of the data directory's "
                f"{r.page_cache[1] / 2**30:.1f} GB before the searches (`fincore`): what it does not hold, a "
                "scope's first search reads from the disk." for r in results if r.page_cache)
+    out.extend(f"- At {r.size:,} the kernel's page cache was dropped {r.page_cache_drops} times from the warm-up to "
+               "the last search (/proc/vmstat drop_pagecache; our machines drop it about once an hour): after a "
+               "drop, what Postgres's buffer cache does not hold is read from the disk (bench/reports/cold-cache.md)."
+               for r in results if r.page_cache_drops is not None)
     return "\n".join(out)
 
 
