@@ -23,7 +23,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 import asyncpg
 import httpx
@@ -402,6 +402,24 @@ def percentiles(values_ms: Iterable[float]) -> dict[str, float]:
     p50, p95, p99 = np.percentile(arr, [50, 95, 99])
     return {"n": int(arr.size), "p50": float(p50), "p95": float(p95), "p99": float(p99),
             "mean": float(arr.mean()), "max": float(arr.max())}
+
+
+def paired_ratio_interval(a_ms: Sequence[float], b_ms: Sequence[float], block: int, *, percentile: float,
+                          level: float = 0.9, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """How far a's percentile over b's could move with the minutes a run happened to meet: the
+    `level` interval of that ratio when the blocks of `block` consecutive measurements, which
+    both took in turns, are drawn again with replacement, the same blocks for both (a paired
+    block bootstrap). An interval that straddles 1 says the run cannot tell the two apart."""
+    blocks = min(len(a_ms), len(b_ms)) // block
+    if blocks < 2:
+        return float("nan"), float("nan")
+    a = np.asarray(a_ms[:blocks * block], dtype=float).reshape(blocks, block)
+    b = np.asarray(b_ms[:blocks * block], dtype=float).reshape(blocks, block)
+    drawn = np.random.default_rng(seed).integers(0, blocks, size=(resamples, blocks))
+    ratios = (np.percentile(a[drawn].reshape(resamples, -1), percentile, axis=1)
+              / np.percentile(b[drawn].reshape(resamples, -1), percentile, axis=1))
+    low, high = np.percentile(ratios, [50 * (1 - level), 50 * (1 + level)])
+    return float(low), float(high)
 
 
 def critical_path(stages_ms: dict[str, list[float]]) -> np.ndarray:

@@ -397,10 +397,16 @@ def size_section(size: int, engram: Run, mem0: Run) -> list[str]:
             ["ratio Engram / mem0 (inside the runner)", "", "", "",
              *(f"{e[k] / inner[k]:.2f}×" for k in ("p50", "p95", "p99", "max")), ""]]
     hits = lambda r: ", ".join(f"{n}: {c}" for n, c in sorted(r.hits.items(), reverse=True))  # noqa: E731
+    spread = {k: common.paired_ratio_interval(engram.search_ms, mem0.search_ms, BLOCK, percentile=q)
+              for k, q in (("p50", 50), ("p95", 95), ("p99", 99))}
     return [
         f"## {size:,} memories in one scope", "",
         common.md_table(["system", "memories", "ingest s", "memories/s", "search p50 ms", "p95 ms", "p99 ms",
                          "max ms", "CPU ms per search"], rows), "",
+        "- how far the ratio (pipe) could move with the minutes this run met: its 90% interval when the blocks "
+        f"of {BLOCK} searches, which the systems took in turns, are drawn again with replacement, the same "
+        "blocks for both (a paired block bootstrap; an interval holding 1.00 cannot tell the systems apart): "
+        + ", ".join(f"{k} {low:.2f}-{high:.2f}×" for k, (low, high) in spread.items()) + ".",
         f"- Engram ingest: {engram.ingest_path}; until every import job is done and `/readyz` shows the "
         "pipeline idle (queued 0, draining 0); memories = points in the vector index then. Searching began "
         "once the lexical index held every memory with its current weights (`/readyz` lexical_index "
