@@ -404,15 +404,23 @@ def percentiles(values_ms: Iterable[float]) -> dict[str, float]:
             "mean": float(arr.mean()), "max": float(arr.max())}
 
 
+MIN_BOOTSTRAP_BLOCKS = 10  # fewer, and a "90%" interval of two runs of one system often leaves out 1
+
+
 def paired_ratio_interval(a_ms: Sequence[float], b_ms: Sequence[float], block: int, *, percentile: float,
-                          level: float = 0.9, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+                          level: float = 0.9, resamples: int = 2000, seed: int = 0) -> tuple[float, float] | None:
     """How far a's percentile over b's could move with the minutes a run happened to meet: the
     `level` interval of that ratio when the blocks of `block` consecutive measurements, which
-    both took in turns, are drawn again with replacement, the same blocks for both (a paired
-    block bootstrap). An interval that straddles 1 says the run cannot tell the two apart."""
-    blocks = min(len(a_ms), len(b_ms)) // block
-    if blocks < 2:
-        return float("nan"), float("nan")
+    both took in turns, the i-th of a beside the i-th of b, are drawn again with replacement,
+    the same blocks for both (a paired block bootstrap); a last, partial block is left out.
+    None with fewer than MIN_BOOTSTRAP_BLOCKS blocks. Approximate: of 300 pairs of samples from
+    one latency distribution (p95), the "90%" interval left out 1 for 14% at 10 blocks and 11%
+    at 20. Raises ValueError unless a and b are as long (the pairs would not be the same searches)."""
+    if len(a_ms) != len(b_ms):
+        raise ValueError(f"{len(a_ms)} measurements against {len(b_ms)}: a paired interval needs the same searches")
+    blocks = len(a_ms) // block
+    if blocks < MIN_BOOTSTRAP_BLOCKS:
+        return None
     a = np.asarray(a_ms[:blocks * block], dtype=float).reshape(blocks, block)
     b = np.asarray(b_ms[:blocks * block], dtype=float).reshape(blocks, block)
     drawn = np.random.default_rng(seed).integers(0, blocks, size=(resamples, blocks))

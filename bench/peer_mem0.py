@@ -405,8 +405,9 @@ def size_section(size: int, engram: Run, mem0: Run) -> list[str]:
                          "max ms", "CPU ms per search"], rows), "",
         "- how far the ratio (pipe) could move with the minutes this run met: its 90% interval when the blocks "
         f"of {BLOCK} searches, which the systems took in turns, are drawn again with replacement, the same "
-        "blocks for both (a paired block bootstrap; an interval holding 1.00 cannot tell the systems apart): "
-        + ", ".join(f"{k} {low:.2f}-{high:.2f}×" for k, (low, high) in spread.items()) + ".",
+        "blocks for both (a paired block bootstrap, approximate; an interval holding 1.00 cannot tell the "
+        "systems apart): " + (", ".join(f"{k} {v[0]:.2f}-{v[1]:.2f}×" for k, v in spread.items())
+                              if spread["p50"] else f"none: fewer than {common.MIN_BOOTSTRAP_BLOCKS} blocks") + ".",
         f"- Engram ingest: {engram.ingest_path}; until every import job is done and `/readyz` shows the "
         "pipeline idle (queued 0, draining 0); memories = points in the vector index then. Searching began "
         "once the lexical index held every memory with its current weights (`/readyz` lexical_index "

@@ -128,8 +128,8 @@ def measure(svc: common.Service, corpus: Corpus, embedder, asks, rerank_asks, wa
     print(f"  {len(rerank_asks)} searches with rerank", flush=True)
     rerank = search_series(svc, f"search with rerank (top {RERANK_TOP_N})", corpus, rerank_asks,
                            rerank=True, rerank_top_n=RERANK_TOP_N)
-    embed = embed_series(embedder, asks)
     after = common.page_cache_drops()
+    embed = embed_series(embedder, asks)
     return SizeResult(size, size // len(corpus.order), load_step, points, planner, healthz, search, explain,
                       rerank, embed, cpu, page_cache, None if drops is None or after is None else after - drops)
 
@@ -260,8 +260,8 @@ def report(results: list[SizeResult], model: str, scopes: int, pool: int, plots:
     out.extend(f"- At {r.size:,} the OS page cache held {r.page_cache[0] / 2**30:.1f} of the data directory's "
                f"{r.page_cache[1] / 2**30:.1f} GB before the searches (`fincore`): what it does not hold, a "
                "scope's first search reads from the disk." for r in results if r.page_cache)
-    out.extend(f"- At {r.size:,} the kernel's page cache was dropped {r.page_cache_drops} times from the warm-up to "
-               "the last search (/proc/vmstat drop_pagecache; our machines drop it about once an hour): after a "
+    out.extend(f"- Times the kernel's page cache was dropped at {r.size:,}, from the warm-up to the last search: "
+               f"{r.page_cache_drops} (/proc/vmstat drop_pagecache; our machines drop it about once an hour): after a "
                "drop, what Postgres's buffer cache does not hold is read from the disk (bench/reports/cold-cache.md)."
                for r in results if r.page_cache_drops is not None)
     return "\n".join(out)

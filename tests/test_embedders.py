@@ -3,6 +3,7 @@ driven through the real `ollama` and `openai` clients over loopback HTTP to the 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import uuid
@@ -14,7 +15,7 @@ import pytest_asyncio
 
 from engram.domain.errors import ConfigError
 from engram.domain.errors import EmbeddingUnavailable
-from engram.inference.embedder import Embedder
+from engram.inference.embedder import LOOP_TOKENISED_CHARS, Embedder
 from engram.inference.remote_embedders import TextEmbedder, open_embedder
 from engram.settings import Settings
 from tests.conftest import app_settings, closed_port_url, new_database, running_app
@@ -148,11 +149,11 @@ async def test_a_documents_vector_does_not_depend_on_what_it_is_embedded_with(em
 
 
 async def test_a_query_is_tokenised_in_the_callers_thread_and_gets_its_document_vector(embedder, monkeypatch):
-    """A search tokenises its query on the event loop and sends only the model run to a thread
-    (a thread waits for the GIL at each Python step while the loop is busy): the vector is the
-    one the same text gets as a document, bit for bit."""
-    query = "who keeps bees on a rooftop?"
-    as_document = embedder.embed_sync([embedder.files.query_prefix + query], parallel=False)[0]
+    """A search tokenises its query on the event loop and sends only the model run to a thread;
+    a query too long to tokenise there goes to the thread whole. Either way the vector is the
+    one the same text, instruction first, gets as a document, bit for bit."""
+    instructed = Embedder(dataclasses.replace(embedder.files, query_prefix="Represent this question: "),
+                          embedder._session, embedder._tokenizer, threads=1)
     tokenizer, tokenised_in = embedder._tokenizer, []
 
     class Watched:
@@ -160,10 +161,17 @@ async def test_a_query_is_tokenised_in_the_callers_thread_and_gets_its_document_
             tokenised_in.append(threading.current_thread().name)
             return tokenizer.encode(text)
 
-    monkeypatch.setattr(embedder, "_tokenizer", Watched())
-    vector = await embedder.embed_query(query)
+        def encode_batch(self, texts):
+            tokenised_in.append(threading.current_thread().name)
+            return tokenizer.encode_batch(texts)
+
+    short, long = "who keeps bees on a rooftop?", "who keeps bees? " * (LOOP_TOKENISED_CHARS // 10)
+    expected = [instructed.embed_sync(["Represent this question: " + q], parallel=False)[0] for q in (short, long)]
+    monkeypatch.setattr(instructed, "_tokenizer", Watched())
+    assert np.array_equal(await instructed.embed_query(short), expected[0])
     assert tokenised_in == [threading.current_thread().name]
-    assert np.array_equal(vector, as_document)
+    assert np.array_equal(await instructed.embed_query(long), expected[1])
+    assert tokenised_in[1] != threading.current_thread().name
 
 
 @pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="per-thread nice and SCHED_IDLE are Linux features")
