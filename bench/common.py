@@ -241,6 +241,12 @@ def page_cache_drops() -> int | None:
     return None
 
 
+def page_cache_drops_since(before: int | None) -> int | None:
+    """The page-cache drops since `page_cache_drops()` returned `before`; None where uncounted."""
+    after = page_cache_drops()
+    return None if before is None or after is None else after - before
+
+
 def wait_indexes_settled(svc: Service, timeout_s: float) -> tuple[float, tuple[int, int], bool, tuple[int, int]]:
     """Wait until the lexical index holds every memory with its current weights (`/readyz`:
     `to_index` and `to_reweigh` 0) and neither index is being optimised. Until then search scores

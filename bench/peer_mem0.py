@@ -542,8 +542,7 @@ def main() -> None:
             print("  searching, the systems taking turns", flush=True)
             search_in_turns([engram, mem0], queries)
         engram, mem0 = engram.run, mem0.run
-        after = common.page_cache_drops()
-        engram.facts["page_cache_drops"] = None if drops is None or after is None else after - drops
+        engram.facts["page_cache_drops"] = common.page_cache_drops_since(drops)
         for r in (engram, mem0):
             p = common.percentiles(r.search_ms)
             print(f"  {r.system}: {r.rate:.1f} memories/s; search p50/p95/p99 "

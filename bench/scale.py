@@ -115,7 +115,7 @@ def measure(svc: common.Service, corpus: Corpus, embedder, asks, rerank_asks, wa
     print(f"  waited {common.wait_indexes_settled(svc, 3600)[0]:.0f} s for the indexes to settle", flush=True)
     planner = common.planner_stats(svc)
     page_cache = common.page_cache_share(svc.data_dir)
-    drops = common.page_cache_drops()
+    drops_before = common.page_cache_drops()
     search_series(svc, "warm-up", corpus, warm_asks)
     search_series(svc, "warm-up", corpus, warm_asks[:3], rerank=True)
     healthz = get_series(svc, "baseline: GET /healthz", "/healthz", len(asks))
@@ -128,10 +128,10 @@ def measure(svc: common.Service, corpus: Corpus, embedder, asks, rerank_asks, wa
     print(f"  {len(rerank_asks)} searches with rerank", flush=True)
     rerank = search_series(svc, f"search with rerank (top {RERANK_TOP_N})", corpus, rerank_asks,
                            rerank=True, rerank_top_n=RERANK_TOP_N)
-    after = common.page_cache_drops()
+    drops = common.page_cache_drops_since(drops_before)
     embed = embed_series(embedder, asks)
     return SizeResult(size, size // len(corpus.order), load_step, points, planner, healthz, search, explain,
-                      rerank, embed, cpu, page_cache, None if drops is None or after is None else after - drops)
+                      rerank, embed, cpu, page_cache, drops)
 
 
 # -- the run -----------------------------------------------------------------------------------------
