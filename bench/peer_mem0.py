@@ -236,19 +236,7 @@ def engram_loaded(size: int, texts: list[str], scope: str) -> Iterator[Side]:
     with common.data_dir() as data, common.service(f"peer-engram-{size}", data, {"ENGRAM_LLM_PROVIDER": "none"}) as svc:
         run.facts["embedder"] = common.service_embedder(svc)
         print(f"  Engram: ingesting {size}", flush=True)
-        started = time.monotonic()
-        jobs = []
-        for chunk in chunks(texts, BATCH):
-            response = svc.client.post("/api/memory/remember/batch",
-                                       json={"items": [{"content": t, "scope": {"user_id": scope}} for t in chunk]})
-            response.raise_for_status()
-            body = response.json()
-            if body["stored"] != len(chunk):
-                raise RuntimeError(f"bulk request stored {body['stored']} of {len(chunk)}: {body['failed']} failed")
-            jobs.append(body["job_id"])
-        asyncio.run(ingest.wait_imports(svc, jobs, timeout_s=DRAIN_TIMEOUT_S))
-        idle_at, _ = ingest.wait_pipeline_idle(svc, timeout_s=DRAIN_TIMEOUT_S, poll_s=0.25)
-        run.ingest_s = idle_at - started
+        run.ingest_s = ingest_engram(svc, texts, scope)
         (run.facts["settle_s"], run.facts["lexical_backlog"], run.facts["was_optimising"],
          run.facts["unoptimized"]) = common.wait_indexes_settled(svc, DRAIN_TIMEOUT_S)
         run.stored = common.index_points(svc)
@@ -276,6 +264,24 @@ def engram_loaded(size: int, texts: list[str], scope: str) -> Iterator[Side]:
         run.facts["optimisations"] = (loaded, idle - loaded, _optimisations(svc) - idle)
         run.facts["unoptimized_at_search"] = common.wait_indexes_settled(svc, DRAIN_TIMEOUT_S)[3]
         run.load.append(os.getloadavg()[0])
+
+
+def ingest_engram(svc: common.Service, texts: list[str], scope: str) -> float:
+    """Seconds until `texts`, sent to the bulk endpoint BATCH at a time into `scope`, are all
+    imported and the pipeline is idle. Raises RuntimeError if a request stores less than it was sent."""
+    started = time.monotonic()
+    jobs = []
+    for chunk in chunks(texts, BATCH):
+        response = svc.client.post("/api/memory/remember/batch",
+                                   json={"items": [{"content": t, "scope": {"user_id": scope}} for t in chunk]})
+        response.raise_for_status()
+        body = response.json()
+        if body["stored"] != len(chunk):
+            raise RuntimeError(f"bulk request stored {body['stored']} of {len(chunk)}: {body['failed']} failed")
+        jobs.append(body["job_id"])
+    asyncio.run(ingest.wait_imports(svc, jobs, timeout_s=DRAIN_TIMEOUT_S))
+    idle_at, _ = ingest.wait_pipeline_idle(svc, timeout_s=DRAIN_TIMEOUT_S, poll_s=0.25)
+    return idle_at - started
 
 
 def _optimisations(svc: common.Service) -> int:

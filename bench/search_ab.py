@@ -1,0 +1,160 @@
+"""A/B of search between two settings of this tree: two services on copies of one store, the
+same questions, in blocks that take turns.
+
+`--size` unique LoCoMo dev turn texts (bench.peer_mem0's corpus) are loaded into one scope through
+the bulk endpoint, once. The data directory is then copied, and `engram up` runs on each copy at
+once: A with the `--a` settings, B with the `--b` settings. Each answers every question once,
+untimed (unless `--cold`). Then the same LoCoMo dev questions go one at a time from one client,
+in blocks that alternate between the sides (A B, B A, ...), as in bench.peer_mem0, so the drift
+of a shared machine falls on both. The claim is the ratio B / A with its paired-bootstrap
+interval, never either latency alone.
+
+    .venv/bin/python -m bench.search_ab --name search-threads \\
+        --a ENGRAM_INDEX_SEARCH_THREADS=8 --b ENGRAM_INDEX_SEARCH_THREADS=1
+        # ~3 min at 10k once loaded; writes bench/reports/search-ab-search-threads.md
+    ... --keep /tmp/ab10k     # loads into /tmp/ab10k once; later runs of the same --size reuse it
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterator
+
+from bench import common, ingest, peer_mem0
+
+LOADED = "search-ab-loaded"  # in a kept store: how many memories it was loaded with
+
+
+def setting(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.startswith("ENGRAM_"):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected ENGRAM_NAME=value")
+    return name, value
+
+
+def scope_of(size: int) -> str:
+    return f"peer-{size}"
+
+
+def load(data: Path, size: int) -> float:
+    """Seconds `size` memories took to become searchable in a fresh service on `data` (default
+    settings), which then stops. Raises RuntimeError if the index holds other than `size` points."""
+    texts = list(itertools.islice(ingest.unique_texts(scope_of(size)), size))
+    with common.service(f"search-ab-load-{size}", data, {"ENGRAM_LLM_PROVIDER": "none"}) as svc:
+        print(f"loading {size} memories", flush=True)
+        seconds = peer_mem0.ingest_engram(svc, texts, scope_of(size))
+        common.wait_indexes_settled(svc, peer_mem0.DRAIN_TIMEOUT_S)
+        if (held := common.index_points(svc)) != size:
+            raise RuntimeError(f"the index holds {held} points, not {size}")
+    (data / LOADED).write_text(str(size))
+    return seconds
+
+
+@contextlib.contextmanager
+def side(label: str, data: Path, env: dict[str, str], size: int) -> Iterator[peer_mem0.Side]:
+    """A service on `data` with `env`, settled and searchable, until the block ends."""
+    run = peer_mem0.Run(label, size, "")
+    with common.service(f"search-ab-{label}", data, {"ENGRAM_LLM_PROVIDER": "none", **env}) as svc:
+        def search(query: str) -> tuple[float, int, None]:
+            response, ms = common.timed(svc.client.post, "/api/memory/search",
+                                        json={"query": query, "scope": {"user_id": scope_of(size)}, "limit": 10})
+            response.raise_for_status()
+            return ms, len(response.json()["results"]), None
+
+        def settle() -> None:  # before the first search, once both sides are up
+            common.wait_indexes_settled(svc, peer_mem0.DRAIN_TIMEOUT_S)
+
+        yield peer_mem0.Side(run, search, lambda: common.tree_cpu_seconds(svc.proc.pid), settle)
+
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(prog="python -m bench.search_ab", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--name", required=True, help="the report is bench/reports/search-ab-NAME.md")
+    parser.add_argument("--a", type=setting, action="append", default=[], metavar="ENGRAM_X=V",
+                        help="a setting of side A (repeatable; none: the defaults)")
+    parser.add_argument("--b", type=setting, action="append", default=[], metavar="ENGRAM_X=V",
+                        help="a setting of side B (repeatable)")
+    parser.add_argument("--size", type=int, default=10_000, help="memories in the one scope (10000)")
+    parser.add_argument("--queries", type=int, default=400, help="timed searches per side (400)")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--keep", type=Path, help="a store to load once and reuse")
+    parser.add_argument("--cold", action="store_true",
+                        help="no warm pass (by default each side answers every question once, untimed, first)")
+    args = parser.parse_args(argv)
+    started = time.time()
+    queries = peer_mem0.sample_queries(args.queries, args.seed)
+    with contextlib.ExitStack() as stack:
+        store = args.keep or stack.enter_context(common.data_dir())
+        store.mkdir(parents=True, exist_ok=True)
+        marker = store / LOADED
+        load_s = None if marker.exists() and marker.read_text() == str(args.size) else load(store, args.size)
+        sides = []
+        for label, env in (("A", dict(args.a)), ("B", dict(args.b))):
+            copy = stack.enter_context(common.data_dir())
+            # cp -a keeps each file's owner: the embedded Postgres's files belong to its own user.
+            subprocess.run(["cp", "-a", f"{store}/.", str(copy)], check=True)
+            sides.append(stack.enter_context(side(label, copy, env, args.size)))
+        if not args.cold:
+            print("a warm pass: every question once on each side, untimed", flush=True)
+            for each in sides:
+                for query in queries:
+                    each.search(query)
+        drops = common.page_cache_drops()
+        load_avg = os.getloadavg()[0]
+        print("searching, the sides taking turns", flush=True)
+        peer_mem0.search_in_turns(sides, queries)
+        facts = {"load_s": load_s, "page_cache_drops": common.page_cache_drops_since(drops),
+                 "load_avg": (load_avg, os.getloadavg()[0])}
+    a, b = (s.run for s in sides)
+    body = _body(args, a, b, facts)
+    print(body)
+    return common.write_report(f"search-ab-{args.name}", f"Search A/B: {args.name}", body, started=started)
+
+
+def _body(args, a: peer_mem0.Run, b: peer_mem0.Run, facts: dict) -> str:
+    pa, pb = common.percentiles(a.search_ms), common.percentiles(b.search_ms)
+    ms = common.fmt_ms
+    settings = {"A": args.a, "B": args.b}
+
+    def row(run: peer_mem0.Run, p: dict) -> list[object]:
+        named = ", ".join(f"`{k}={v}`" for k, v in settings[run.system]) or "defaults"
+        return [run.system, named, ms(p["p50"]), ms(p["p95"]), ms(p["p99"]), ms(p["max"]), ms(run.search_cpu_ms)]
+
+    spread = {k: common.paired_ratio_interval(b.search_ms, a.search_ms, peer_mem0.BLOCK, percentile=q)
+              for k, q in (("p50", 50), ("p95", 95), ("p99", 99))}
+    ratio = ["**B / A**", "", *(f"**{pb[k] / pa[k]:.2f}×**" for k in ("p50", "p95", "p99", "max")),
+             f"{b.search_cpu_ms / a.search_cpu_ms:.2f}×"]
+    by_process = lambda r: ", ".join(f"{name} {v:.1f}" for name, v in sorted(  # noqa: E731
+        r.facts["cpu_by_process"].items(), key=lambda kv: -kv[1]))
+    loaded = (f"loaded in {facts['load_s']:.0f} s" if facts["load_s"] is not None
+              else f"loaded by an earlier run into `{args.keep}`")
+    return "\n".join([
+        f"{args.size:,} memories in one scope ({loaded}, default settings, then copied for each side); "
+        f"{args.queries} LoCoMo dev questions (seed {args.seed}) after {peer_mem0.WARMUP} untimed, one client, "
+        f"`limit` 10, no rerank, in blocks of {peer_mem0.BLOCK} the sides took in turns; "
+        + ("no warm pass (the store's pages as each service found them after its start)." if args.cold else
+           "before them, a warm pass: each side answered every question once, untimed, so the rows and index "
+           "pages they read are in memory, as after a while of use."), "",
+        common.md_table(["side", "settings", "search p50 ms", "p95 ms", "p99 ms", "max ms", "CPU ms per search"],
+                        [row(a, pa), row(b, pb), ratio]), "",
+        "- how far each ratio could move with the minutes this run met: its 90% interval when the blocks are "
+        "drawn again with replacement, the same blocks for both (a paired block bootstrap, approximate; an "
+        "interval holding 1.00 cannot tell the sides apart): "
+        + (", ".join(f"{k} {v[0]:.2f}-{v[1]:.2f}×" for k, v in spread.items()) if spread["p50"]
+           else f"none: fewer than {common.MIN_BOOTSTRAP_BLOCKS} blocks") + ".",
+        "- CPU ms per search: CPU time every process of a side's `engram up` (API, worker, Postgres, Temporal) "
+        f"used during its own blocks, over their searches. A: {by_process(a)}. B: {by_process(b)}.",
+        f"- 1-minute load average before / after the searches (2 sides idle between their turns): "
+        f"{facts['load_avg'][0]:.2f} / {facts['load_avg'][1]:.2f}.",
+        f"- times the kernel's page cache was dropped during the searches: {facts['page_cache_drops']}.",
+    ])
+
+
+if __name__ == "__main__":
+    main()
