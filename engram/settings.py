@@ -60,6 +60,13 @@ class Settings(BaseSettings):
     # index_optimize_check_s). 0: never.
     index_optimize_after: int = Field(default=10_000, ge=0)
     index_optimize_check_s: float = Field(default=60.0, gt=0)
+    # Threads of each edge shard's search pool, which searches the shard's segments side by side
+    # (qdrant-edge's max_search_threads). The engine's own default is 8 on 2 CPUs, and each idle
+    # thread spins on sched_yield after every search (~300 calls a search at 10k memories). On 2
+    # cores one thread against 8 gave search p50 0.93x (90% interval 0.90-0.96) and CPU 0.93x at
+    # 10k memories in one scope, and no change at 100k (p50 1.00x, 0.97-1.04)
+    # (bench/reports/search-ab-search-threads*.md). A shard holds one or two segments here.
+    index_search_threads: int = Field(default=1, ge=1)
 
     # Embeddings: a local int8 ONNX model (no network) unless embedding_provider says otherwise.
     # Through the service on LoCoMo dev, bge-small gives R@10 .719 / nDCG@10 .537 and MiniLM

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import subprocess
 import sys
 import uuid
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -428,6 +430,51 @@ async def test_edge_optimize_runs_in_a_child_process_and_keeps_every_write_made_
     await check(again)
     await again.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([swap.generation, "shard.current"])
+
+
+_COUNT_SEARCH_POOL_THREADS = """
+import asyncio, sys
+from pathlib import Path
+import numpy as np
+from engram.domain.models import Scope
+from engram.inference.vector_index import EdgeIndex
+from tests.test_vector_index import ALL, _point
+
+def pool() -> int:  # threads of this process's edge shards' search pools (qdrant-edge names them)
+    return sum(1 for t in Path("/proc/self/task").iterdir() if (t / "comm").read_text().startswith("edge-search"))
+
+async def main(root: Path) -> None:
+    counts = [pool()]
+    dense = EdgeIndex(root / "dense", search_threads=2)
+    await dense.ensure(model="m", dim=8)
+    points = [_point(v.tolist()) for v in np.random.default_rng(5).normal(size=(300, 8))]
+    await dense.upsert(points)
+    lexical = EdgeIndex(root / "lexical", search_threads=1)
+    await lexical.ensure_sparse()
+    counts.append(pool())
+    await dense.optimize()  # the generation swapped in; the one it replaces is dropped at once
+    counts.append(pool())
+    hits = await dense.search(points[7].vector, Scope(user_id="u"), ALL, 1)
+    counts.append(hits[0].id == points[7].id)
+    await dense.close()
+    await lexical.close()
+    counts.append(pool())
+    print(counts)
+
+asyncio.run(main(Path(sys.argv[1])))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads thread names from /proc")
+def test_an_edge_shard_searches_on_the_threads_it_is_given_and_so_does_its_optimised_copy(tmp_path):
+    """qdrant-edge's own pool is 8 threads on 2 CPUs, each spinning after every search
+    (settings.index_search_threads): the setting holds for both kinds of shard and for the
+    generation an optimisation swaps in. Counted in a process of its own, which holds no
+    other shard."""
+    done = subprocess.run([sys.executable, "-c", _COUNT_SEARCH_POOL_THREADS, str(tmp_path)], capture_output=True,
+                          text=True, timeout=120, cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[-2] == "[0, 3, 3, True, 0]"
 
 
 async def test_a_failed_edge_optimize_leaves_the_shard_served_as_it_was(tmp_path, monkeypatch):

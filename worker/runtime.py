@@ -103,7 +103,7 @@ def _open_collection(settings: Settings, suffix: str) -> VectorIndex:
 
         client = AsyncQdrantClient(url=settings.qdrant_url, api_key=settings.qdrant_api_key or None)
         return QdrantServerIndex(client, name)
-    return EdgeIndex(settings.data_dir / "qdrant" / name)
+    return EdgeIndex(settings.data_dir / "qdrant" / name, search_threads=settings.index_search_threads)
 
 
 def hosts_index(settings: Settings, roles: frozenset[str]) -> bool:

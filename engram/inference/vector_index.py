@@ -203,13 +203,19 @@ class EdgeIndex:
     swaps it in: a generation directory `<path>@<n>`, named by the pointer file
     `<path>.current` (no pointer: `<path>` itself). A directory the pointer does not name is a
     leftover (a crash mid-optimize, a replaced generation) and is removed at open.
+
+    Each shard searches its segments on a pool of `search_threads` threads, every generation
+    swapped in too (None: as many as the shard last ran with, else the engine's default, 8 on 2
+    CPUs; settings.index_search_threads says why we set it).
     """
 
     name = "qdrant-edge"
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, search_threads: int | None = None) -> None:
         self._path = path
         self._dir = path  # the generation being served
+        self._search_threads = search_threads
+        self._config = None  # what the shard was opened with, for the generations swapped in
         self._shard = None
         self._vector_name = ""
         self._write_lock = threading.Lock()
@@ -221,14 +227,15 @@ class EdgeIndex:
 
         self._vector_name = name = vector_name(model)
         await asyncio.to_thread(self._open, q.EdgeConfig(
-            vectors={name: q.EdgeVectorParams(size=dim, distance=q.Distance.Cosine)}))
+            vectors={name: q.EdgeVectorParams(size=dim, distance=q.Distance.Cosine)},
+            max_search_threads=self._search_threads))
 
     async def ensure_sparse(self) -> None:
         import qdrant_edge as q
 
         self._vector_name = SPARSE
         await asyncio.to_thread(self._open, q.EdgeConfig(vectors={}, sparse_vectors={
-            SPARSE: q.EdgeSparseVectorParams()}))
+            SPARSE: q.EdgeSparseVectorParams()}, max_search_threads=self._search_threads))
 
     def _pointer(self) -> Path:
         return self._path.with_name(self._path.name + ".current")
@@ -239,6 +246,7 @@ class EdgeIndex:
     def _open(self, config) -> None:
         import qdrant_edge as q
 
+        self._config = config
         pointer = self._pointer()
         self._dir = self._path.with_name(pointer.read_text().strip()) if pointer.exists() else self._path
         self._remove_leftovers()
@@ -345,7 +353,7 @@ class EdgeIndex:
         import qdrant_edge as q
 
         with self._write_lock:
-            shard = q.EdgeShard.load(str(target), None)
+            shard = q.EdgeShard.load(str(target), self._config)
             journal, self._journal = self._journal or [], None
             for operation in journal:
                 shard.update(operation)
