@@ -250,25 +250,27 @@ def engram_loaded(size: int, texts: list[str], scope: str) -> Iterator[Side]:
             response.raise_for_status()
             return ms, len(response.json()["results"]), None
 
-        loaded = _optimisations(svc)
+        loaded = optimisations(svc)
         counts = []
 
         def settle() -> None:
             """While mem0 loaded, the optimiser may have begun on the points waiting: searching
             waits until it is done, as it waited after the ingest."""
-            counts.append(_optimisations(svc))
+            counts.append(optimisations(svc))
             run.facts["resettle_s"] = common.wait_indexes_settled(svc, DRAIN_TIMEOUT_S)[0]
 
         yield Side(run, search, lambda: common.tree_cpu_seconds(svc.proc.pid), settle)
         idle = counts[0] if counts else loaded
-        run.facts["optimisations"] = (loaded, idle - loaded, _optimisations(svc) - idle)
+        run.facts["optimisations"] = (loaded, idle - loaded, optimisations(svc) - idle)
         run.facts["unoptimized_at_search"] = common.wait_indexes_settled(svc, DRAIN_TIMEOUT_S)[3]
         run.load.append(os.getloadavg()[0])
 
 
 def ingest_engram(svc: common.Service, texts: list[str], scope: str) -> float:
     """Seconds until `texts`, sent to the bulk endpoint BATCH at a time into `scope`, are all
-    imported and the pipeline is idle. Raises RuntimeError if a request stores less than it was sent."""
+    imported and the pipeline is idle. Raises RuntimeError if a request stores less than it was
+    sent, httpx.HTTPStatusError if one fails, and whatever ingest's waits raise past
+    DRAIN_TIMEOUT_S."""
     started = time.monotonic()
     jobs = []
     for chunk in chunks(texts, BATCH):
@@ -284,7 +286,7 @@ def ingest_engram(svc: common.Service, texts: list[str], scope: str) -> float:
     return idle_at - started
 
 
-def _optimisations(svc: common.Service) -> int:
+def optimisations(svc: common.Service) -> int:
     """Vector-index optimisations the service has begun so far (its log says each): one that
     overlaps the searches competes with them for the 2 cores."""
     return svc.log.read_text(errors="replace").count('"msg": "optimising a vector index"')
@@ -512,10 +514,14 @@ def report(args, runs: list[tuple[Run, Run]], started: float, queries: int) -> P
 
 # -- main -----------------------------------------------------------------------------------------
 
+def questions() -> list[str]:
+    """Every LoCoMo dev question, in the split's order."""
+    return [q.question for conv in locomo_data.load()[0] for q in conv.questions]
+
+
 def sample_queries(n: int, seed: int) -> list[str]:
     """WARMUP + n distinct LoCoMo dev questions, a seeded sample; the first WARMUP are the warm-up."""
-    questions = [q.question for conv in locomo_data.load()[0] for q in conv.questions]
-    return random.Random(seed).sample(questions, n + WARMUP)
+    return random.Random(seed).sample(questions(), n + WARMUP)
 
 
 def main() -> None:

@@ -23,28 +23,42 @@ import itertools
 import os
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 from bench import common, ingest, peer_mem0
 
 LOADED = "search-ab-loaded"  # in a kept store: how many memories it was loaded with
+# Where each side's service lives: common.service sets them, per side.
+RESERVED = {"ENGRAM_DATA_DIR", "ENGRAM_HTTP_PORT", "ENGRAM_GRPC_PORT", "ENGRAM_TEMPORAL_GRPC_PORT",
+            "ENGRAM_TEMPORAL_UI_PORT", "ENGRAM_EMBEDDED_POSTGRES_PORT"}
 
 
 def setting(text: str) -> tuple[str, str]:
+    """`ENGRAM_NAME=value` as (name, value). Raises argparse.ArgumentTypeError unless NAME is
+    one of engram.settings.Settings' fields (the service ignores any other) and not one of
+    RESERVED."""
+    from engram.settings import Settings
+
     name, sep, value = text.partition("=")
-    if not sep or not name.startswith("ENGRAM_"):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected ENGRAM_NAME=value")
+    known = {f"ENGRAM_{field.upper()}" for field in Settings.model_fields}
+    if not sep or name not in known:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected ENGRAM_NAME=value, NAME one of the service's settings")
+    if name in RESERVED:
+        raise argparse.ArgumentTypeError(f"{name} is set by the benchmark for each side")
     return name, value
 
 
 def scope_of(size: int) -> str:
+    """The one scope the store's memories are in."""
     return f"peer-{size}"
 
 
 def load(data: Path, size: int) -> float:
-    """Seconds `size` memories took to become searchable in a fresh service on `data` (default
-    settings), which then stops. Raises RuntimeError if the index holds other than `size` points."""
+    """Seconds `size` memories took to become searchable in a fresh service on the empty
+    directory `data` (default settings), which then stops; `data` is marked as loaded with
+    `size`. Raises RuntimeError if the index holds other than `size` points."""
     texts = list(itertools.islice(ingest.unique_texts(scope_of(size)), size))
     with common.service(f"search-ab-load-{size}", data, {"ENGRAM_LLM_PROVIDER": "none"}) as svc:
         print(f"loading {size} memories", flush=True)
@@ -56,9 +70,34 @@ def load(data: Path, size: int) -> float:
     return seconds
 
 
+def store(keep: Path | None, size: int, stack: contextlib.ExitStack) -> tuple[Path, float | None]:
+    """A store of `size` memories and the seconds its load took (None: loaded by an earlier run
+    into `keep`). Raises SystemExit if `keep` holds anything but such a store."""
+    if keep is None:
+        path = stack.enter_context(common.data_dir())
+        return path, load(path, size)
+    marker = keep / LOADED
+    if marker.exists() and marker.read_text() == str(size):
+        return keep, None
+    if keep.exists() and any(keep.iterdir()):
+        raise SystemExit(f"{keep} holds something other than a store of {size} memories loaded by this "
+                         "benchmark: give an empty or new directory")
+    keep.mkdir(parents=True, exist_ok=True)
+    return keep, load(keep, size)
+
+
+@dataclass
+class Sided:
+    """One side: what bench.peer_mem0 searches in turns, and its service."""
+
+    side: peer_mem0.Side
+    svc: common.Service
+
+
 @contextlib.contextmanager
-def side(label: str, data: Path, env: dict[str, str], size: int) -> Iterator[peer_mem0.Side]:
-    """A service on `data` with `env`, settled and searchable, until the block ends."""
+def side(label: str, data: Path, env: dict[str, str], size: int) -> Iterator[Sided]:
+    """A service on `data` with `env`, settled and searchable, until the block ends. Raises
+    RuntimeError unless its index holds `size` points."""
     run = peer_mem0.Run(label, size, "")
     with common.service(f"search-ab-{label}", data, {"ENGRAM_LLM_PROVIDER": "none", **env}) as svc:
         def search(query: str) -> tuple[float, int, None]:
@@ -67,10 +106,25 @@ def side(label: str, data: Path, env: dict[str, str], size: int) -> Iterator[pee
             response.raise_for_status()
             return ms, len(response.json()["results"]), None
 
-        def settle() -> None:  # before the first search, once both sides are up
+        def settle() -> None:
+            """No index is being optimised, and none waits for the lexical index."""
             common.wait_indexes_settled(svc, peer_mem0.DRAIN_TIMEOUT_S)
 
-        yield peer_mem0.Side(run, search, lambda: common.tree_cpu_seconds(svc.proc.pid), settle)
+        settle()
+        if (held := common.index_points(svc)) != size:
+            raise RuntimeError(f"side {label}'s index holds {held} points, not {size}")
+        yield Sided(peer_mem0.Side(run, search, lambda: common.tree_cpu_seconds(svc.proc.pid), settle), svc)
+
+
+def queries_arg(text: str) -> int:
+    """How many questions to time; raises argparse.ArgumentTypeError past what LoCoMo dev holds."""
+    n = int(text)
+    held = len(peer_mem0.questions())
+    most = held - peer_mem0.WARMUP
+    if not peer_mem0.BLOCK <= n <= most:
+        raise argparse.ArgumentTypeError(f"between {peer_mem0.BLOCK} and {most} (LoCoMo dev has {held} questions, "
+                                         f"{peer_mem0.WARMUP} of them the warm-up)")
+    return n
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -81,37 +135,42 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--b", type=setting, action="append", default=[], metavar="ENGRAM_X=V",
                         help="a setting of side B (repeatable)")
     parser.add_argument("--size", type=int, default=10_000, help="memories in the one scope (10000)")
-    parser.add_argument("--queries", type=int, default=400, help="timed searches per side (400)")
+    parser.add_argument("--queries", type=queries_arg, default=400, help="timed searches per side (400)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--keep", type=Path, help="a store to load once and reuse")
     parser.add_argument("--cold", action="store_true",
                         help="no warm pass (by default each side answers every question once, untimed, first)")
     args = parser.parse_args(argv)
+    for label, given in (("--a", args.a), ("--b", args.b)):
+        if len({name for name, _ in given}) < len(given):
+            parser.error(f"{label} names a setting twice")
+    if args.queries < peer_mem0.BLOCK * common.MIN_BOOTSTRAP_BLOCKS:
+        print(f"fewer than {peer_mem0.BLOCK * common.MIN_BOOTSTRAP_BLOCKS} queries: the report gives no interval",
+              flush=True)
     started = time.time()
     queries = peer_mem0.sample_queries(args.queries, args.seed)
     with contextlib.ExitStack() as stack:
-        store = args.keep or stack.enter_context(common.data_dir())
-        store.mkdir(parents=True, exist_ok=True)
-        marker = store / LOADED
-        load_s = None if marker.exists() and marker.read_text() == str(args.size) else load(store, args.size)
+        loaded, load_s = store(args.keep, args.size, stack)
         sides = []
         for label, env in (("A", dict(args.a)), ("B", dict(args.b))):
             copy = stack.enter_context(common.data_dir())
             # cp -a keeps each file's owner: the embedded Postgres's files belong to its own user.
-            subprocess.run(["cp", "-a", f"{store}/.", str(copy)], check=True)
+            subprocess.run(["cp", "-a", f"{loaded}/.", str(copy)], check=True)
             sides.append(stack.enter_context(side(label, copy, env, args.size)))
         if not args.cold:
             print("a warm pass: every question once on each side, untimed", flush=True)
             for each in sides:
                 for query in queries:
-                    each.search(query)
+                    each.side.search(query)
         drops = common.page_cache_drops()
         load_avg = os.getloadavg()[0]
+        begun = [peer_mem0.optimisations(each.svc) for each in sides]
         print("searching, the sides taking turns", flush=True)
-        peer_mem0.search_in_turns(sides, queries)
+        peer_mem0.search_in_turns([each.side for each in sides], queries)
         facts = {"load_s": load_s, "page_cache_drops": common.page_cache_drops_since(drops),
-                 "load_avg": (load_avg, os.getloadavg()[0])}
-    a, b = (s.run for s in sides)
+                 "load_avg": (load_avg, os.getloadavg()[0]),
+                 "optimisations": [peer_mem0.optimisations(each.svc) - n for each, n in zip(sides, begun)]}
+    a, b = (each.side.run for each in sides)
     body = _body(args, a, b, facts)
     print(body)
     return common.write_report(f"search-ab-{args.name}", f"Search A/B: {args.name}", body, started=started)
@@ -130,14 +189,17 @@ def _body(args, a: peer_mem0.Run, b: peer_mem0.Run, facts: dict) -> str:
               for k, q in (("p50", 50), ("p95", 95), ("p99", 99))}
     ratio = ["**B / A**", "", *(f"**{pb[k] / pa[k]:.2f}×**" for k in ("p50", "p95", "p99", "max")),
              f"{b.search_cpu_ms / a.search_cpu_ms:.2f}×"]
-    by_process = lambda r: ", ".join(f"{name} {v:.1f}" for name, v in sorted(  # noqa: E731
-        r.facts["cpu_by_process"].items(), key=lambda kv: -kv[1]))
+    def by_process(run: peer_mem0.Run) -> str:
+        return ", ".join(f"{name} {v:.1f}" for name, v in sorted(run.facts["cpu_by_process"].items(),
+                                                                  key=lambda kv: -kv[1]))
+
     loaded = (f"loaded in {facts['load_s']:.0f} s" if facts["load_s"] is not None
               else f"loaded by an earlier run into `{args.keep}`")
     return "\n".join([
         f"{args.size:,} memories in one scope ({loaded}, default settings, then copied for each side); "
         f"{args.queries} LoCoMo dev questions (seed {args.seed}) after {peer_mem0.WARMUP} untimed, one client, "
-        f"`limit` 10, no rerank, in blocks of {peer_mem0.BLOCK} the sides took in turns; "
+        f"`limit` 10 (no `rerank` in the request: each side's settings decide), in blocks of "
+        f"{peer_mem0.BLOCK} the sides took in turns; "
         + ("no warm pass (the store's pages as each service found them after its start)." if args.cold else
            "before them, a warm pass: each side answered every question once, untimed, so the rows and index "
            "pages they read are in memory, as after a while of use."), "",
@@ -153,6 +215,8 @@ def _body(args, a: peer_mem0.Run, b: peer_mem0.Run, facts: dict) -> str:
         f"- 1-minute load average before / after the searches (2 sides idle between their turns): "
         f"{facts['load_avg'][0]:.2f} / {facts['load_avg'][1]:.2f}.",
         f"- times the kernel's page cache was dropped during the searches: {facts['page_cache_drops']}.",
+        "- vector-index optimisations begun during the timed searches (a child process competing with them "
+        f"for the cores): A {facts['optimisations'][0]}, B {facts['optimisations'][1]}.",
     ])
 
 

@@ -3,18 +3,39 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 import pytest
 
 from bench import peer_mem0, search_ab
 
 
-def test_a_side_setting_must_be_an_engram_variable_with_a_value():
+def test_a_side_setting_must_be_one_of_the_services_settings_with_a_value():
     assert search_ab.setting("ENGRAM_INDEX_SEARCH_THREADS=1") == ("ENGRAM_INDEX_SEARCH_THREADS", "1")
-    assert search_ab.setting("ENGRAM_X=a=b") == ("ENGRAM_X", "a=b")
-    for bad in ("INDEX_SEARCH_THREADS=1", "ENGRAM_INDEX_SEARCH_THREADS"):
+    assert search_ab.setting("ENGRAM_QDRANT_URL=http://q?a=b") == ("ENGRAM_QDRANT_URL", "http://q?a=b")
+    # not a setting (the service would ignore it), misspelled, or no value
+    for bad in ("INDEX_SEARCH_THREADS=1", "ENGRAM_INDEX_SEARCH_THREAD=1", "ENGRAM_INDEX_SEARCH_THREADS"):
         with pytest.raises(argparse.ArgumentTypeError, match="expected ENGRAM_NAME=value"):
             search_ab.setting(bad)
+    with pytest.raises(argparse.ArgumentTypeError, match="set by the benchmark for each side"):
+        search_ab.setting("ENGRAM_DATA_DIR=/tmp/x")
+
+
+def test_a_side_may_not_name_a_setting_twice_nor_time_more_questions_than_there_are(capsys):
+    with pytest.raises(SystemExit):
+        search_ab.main(["--name", "x", "--a", "ENGRAM_INDEX_SEARCH_THREADS=1", "--a", "ENGRAM_INDEX_SEARCH_THREADS=2"])
+    assert "--a names a setting twice" in capsys.readouterr().err
+    most = len(peer_mem0.questions()) - peer_mem0.WARMUP
+    with pytest.raises(SystemExit):
+        search_ab.main(["--name", "x", "--queries", str(most + 1)])
+    assert f"between {peer_mem0.BLOCK} and {most}" in capsys.readouterr().err
+
+
+def test_a_kept_directory_holding_anything_but_a_store_of_that_size_is_refused(tmp_path):
+    (tmp_path / search_ab.LOADED).write_text("2000")
+    with contextlib.ExitStack() as stack, pytest.raises(SystemExit, match="other than a store of 10000"):
+        search_ab.store(tmp_path, 10_000, stack)
+    assert search_ab.store(tmp_path, 2_000, contextlib.ExitStack()) == (tmp_path, None)  # reused as it is
 
 
 def _run(label: str, scale: float) -> peer_mem0.Run:
@@ -29,9 +50,10 @@ def test_the_report_gives_b_over_a_with_its_interval_and_each_sides_settings():
     args = argparse.Namespace(a=[("ENGRAM_INDEX_SEARCH_THREADS", "8")], b=[], size=10_000, queries=400, seed=7,
                               keep=None, cold=False)
     body = search_ab._body(args, _run("A", 1.0), _run("B", 0.9), {"load_s": 95.0, "page_cache_drops": 0,
-                                                                   "load_avg": (0.5, 1.5)})
+                                                                   "load_avg": (0.5, 1.5), "optimisations": [0, 1]})
     assert "`ENGRAM_INDEX_SEARCH_THREADS=8`" in body and "| B | defaults |" in body
     assert "| **B / A** |  | **0.90×** | **0.90×** | **0.90×** | **0.90×** | 0.90× |" in body
     assert "p50 0.90-0.90×" in body  # every block of B is 0.9 of A's
     assert "loaded in 95 s" in body
+    assert "begun during the timed searches (a child process competing with them for the cores): A 0, B 1" in body
     assert "a warm pass" in body

@@ -440,25 +440,32 @@ from engram.domain.models import Scope
 from engram.inference.vector_index import EdgeIndex
 from tests.test_vector_index import ALL, _point
 
-def pool() -> int:  # threads of this process's edge shards' search pools (qdrant-edge names them)
-    return sum(1 for t in Path("/proc/self/task").iterdir() if (t / "comm").read_text().startswith("edge-search"))
+async def pool(expected: int) -> int:
+    # Threads of this process's edge shards' search pools (qdrant-edge names them), once they
+    # number `expected` or 5 s have passed: a dropped shard's threads end a little later.
+    for _ in range(50):
+        n = sum(1 for t in Path("/proc/self/task").iterdir() if (t / "comm").read_text().startswith("edge-search"))
+        if n == expected:
+            break
+        await asyncio.sleep(0.1)
+    return n
 
 async def main(root: Path) -> None:
-    counts = [pool()]
+    counts = [await pool(0)]
     dense = EdgeIndex(root / "dense", search_threads=2)
     await dense.ensure(model="m", dim=8)
     points = [_point(v.tolist()) for v in np.random.default_rng(5).normal(size=(300, 8))]
     await dense.upsert(points)
     lexical = EdgeIndex(root / "lexical", search_threads=1)
     await lexical.ensure_sparse()
-    counts.append(pool())
-    await dense.optimize()  # the generation swapped in; the one it replaces is dropped at once
-    counts.append(pool())
+    counts.append(await pool(3))
+    await dense.optimize()  # the generation swapped in; the one it replaced is dropped
+    counts.append(await pool(3))
     hits = await dense.search(points[7].vector, Scope(user_id="u"), ALL, 1)
     counts.append(hits[0].id == points[7].id)
     await dense.close()
     await lexical.close()
-    counts.append(pool())
+    counts.append(await pool(0))
     print(counts)
 
 asyncio.run(main(Path(sys.argv[1])))
@@ -469,8 +476,9 @@ asyncio.run(main(Path(sys.argv[1])))
 def test_an_edge_shard_searches_on_the_threads_it_is_given_and_so_does_its_optimised_copy(tmp_path):
     """qdrant-edge's own pool is 8 threads on 2 CPUs, each spinning after every search
     (settings.index_search_threads): the setting holds for both kinds of shard and for the
-    generation an optimisation swaps in. Counted in a process of its own, which holds no
-    other shard."""
+    generation an optimisation swaps in (the engine keeps it in the shard's directory, which the
+    copy takes along, and the swap passes it again). Counted in a process of its own, which
+    holds no other shard."""
     done = subprocess.run([sys.executable, "-c", _COUNT_SEARCH_POOL_THREADS, str(tmp_path)], capture_output=True,
                           text=True, timeout=120, cwd=Path(__file__).resolve().parent.parent)
     assert done.returncode == 0, done.stderr[-2000:]
