@@ -63,9 +63,10 @@ class Settings(BaseSettings):
     # Threads of each edge shard's search pool, which searches the shard's segments side by side
     # (qdrant-edge's max_search_threads). The engine's own default is 8 on 2 CPUs, and each idle
     # thread spins on sched_yield after every search (~300 calls a search at 10k memories). On 2
-    # cores one thread against 8 gave search p50 0.93x (90% interval 0.90-0.96) and CPU 0.93x at
-    # 10k memories in one scope, and no change at 100k (p50 1.00x, 0.97-1.04)
-    # (bench/reports/search-ab-search-threads*.md). A shard holds one or two segments here.
+    # cores, one thread against 8 in two runs each: at 10k memories in one scope search p50
+    # 0.93-0.95x, p95 0.92-0.97x, CPU 0.91-0.93x; at 100k p50 0.99-1.00x, p95 0.95-0.98x, CPU
+    # 0.96-0.98x (bench/reports/search-ab-search-threads*.md, the later runs). A shard holds one
+    # or two segments here.
     index_search_threads: int = Field(default=1, ge=1)
 
     # Embeddings: a local int8 ONNX model (no network) unless embedding_provider says otherwise.
