@@ -492,7 +492,8 @@ def int8_level(flags: set[str]) -> str:
 
 def machine_facts() -> dict[str, str]:
     commit = _git("rev-parse", "--short", "HEAD")
-    dirty = _git("--no-optional-locks", "status", "--porcelain")
+    # Another report not committed yet leaves the code as the commit has it.
+    dirty = _git("--no-optional-locks", "status", "--porcelain", "--", ".", ":(exclude)bench/reports")
     if commit == "unknown" and (REPO / "SNAPSHOT.txt").exists():
         commit, dirty = (REPO / "SNAPSHOT.txt").read_text().strip(), ""
     return {

@@ -11,7 +11,7 @@ interval, never either latency alone.
 
     .venv/bin/python -m bench.search_ab --name search-threads \\
         --a ENGRAM_INDEX_SEARCH_THREADS=8 --b ENGRAM_INDEX_SEARCH_THREADS=1
-        # ~3 min at 10k once loaded; writes bench/reports/search-ab-search-threads.md
+        # ~2 min a run at 10k once loaded; writes bench/reports/search-ab-search-threads.md
     ... --keep /tmp/ab10k     # loads into /tmp/ab10k once; later runs of the same --size reuse it
 """
 
@@ -107,7 +107,9 @@ def side(label: str, data: Path, env: dict[str, str], size: int) -> Iterator[Sid
             return ms, len(response.json()["results"]), None
 
         def settle() -> None:
-            """No index is being optimised, and none waits for the lexical index."""
+            """No index is being optimised, and none waits for the lexical index. (The optimiser counts
+        the points waiting from its start, so a side may still begin one later: the report
+        counts those begun during the searches.)"""
             common.wait_indexes_settled(svc, peer_mem0.DRAIN_TIMEOUT_S)
 
         settle()
@@ -162,6 +164,8 @@ def main(argv: list[str] | None = None) -> Path:
             for each in sides:
                 for query in queries:
                     each.side.search(query)
+        for each in sides:  # an optimisation the warm pass met ends before the count
+            each.side.settle()
         drops = common.page_cache_drops()
         load_avg = os.getloadavg()[0]
         begun = [peer_mem0.optimisations(each.svc) for each in sides]
@@ -215,8 +219,8 @@ def _body(args, a: peer_mem0.Run, b: peer_mem0.Run, facts: dict) -> str:
         f"- 1-minute load average before / after the searches (2 sides idle between their turns): "
         f"{facts['load_avg'][0]:.2f} / {facts['load_avg'][1]:.2f}.",
         f"- times the kernel's page cache was dropped during the searches: {facts['page_cache_drops']}.",
-        "- vector-index optimisations begun during the timed searches (a child process competing with them "
-        f"for the cores): A {facts['optimisations'][0]}, B {facts['optimisations'][1]}.",
+        "- vector-index optimisations begun from the warm pass's end to the last search (a child process "
+        f"competing with the searches for the cores): A {facts['optimisations'][0]}, B {facts['optimisations'][1]}.",
     ])
 
 

@@ -3,6 +3,8 @@ and its widest int8 instructions."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from bench import common
@@ -70,3 +72,21 @@ def test_a_report_naming_the_model_alone_is_not_replaced_by_one_naming_its_instr
     monkeypatch.setattr(common, "cpu_model", lambda: "AMD EPYC, AVX2")
     _committed(committed, "scale", "AMD EPYC")
     assert common.report_dir("scale") == other
+
+
+def test_a_report_not_committed_yet_does_not_mark_the_source_as_changed(tmp_path, monkeypatch):
+    """A benchmark run right after another wrote its report ran the committed code."""
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "bench" / "reports").mkdir(parents=True)
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", "code.py")
+    git("commit", "-q", "-m", "c")
+    monkeypatch.setattr(common, "REPO", tmp_path)
+    (tmp_path / "bench" / "reports" / "other.md").write_text("numbers\n")
+    assert "uncommitted" not in common.machine_facts()["source"]
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert common.machine_facts()["source"].endswith("(working tree has uncommitted changes)")

@@ -31,11 +31,30 @@ def test_a_side_may_not_name_a_setting_twice_nor_time_more_questions_than_there_
     assert f"between {peer_mem0.BLOCK} and {most}" in capsys.readouterr().err
 
 
-def test_a_kept_directory_holding_anything_but_a_store_of_that_size_is_refused(tmp_path):
-    (tmp_path / search_ab.LOADED).write_text("2000")
-    with contextlib.ExitStack() as stack, pytest.raises(SystemExit, match="other than a store of 10000"):
-        search_ab.store(tmp_path, 10_000, stack)
-    assert search_ab.store(tmp_path, 2_000, contextlib.ExitStack()) == (tmp_path, None)  # reused as it is
+def test_a_kept_directory_is_loaded_if_new_or_empty_reused_if_it_holds_that_size_and_refused_otherwise(
+        tmp_path, monkeypatch):
+    loads = []
+
+    def load(data, size):
+        loads.append(data)
+        (data / search_ab.LOADED).write_text(str(size))
+        return 12.0
+
+    monkeypatch.setattr(search_ab, "load", load)
+    new, empty, other, unmarked = (tmp_path / name for name in ("new", "empty", "other", "unmarked"))
+    empty.mkdir()
+    assert search_ab.store(new, 2_000, contextlib.ExitStack()) == (new, 12.0)
+    assert search_ab.store(empty, 2_000, contextlib.ExitStack()) == (empty, 12.0)
+    assert search_ab.store(new, 2_000, contextlib.ExitStack()) == (new, None)  # reused as it is
+    assert loads == [new, empty]
+    other.mkdir()
+    (other / search_ab.LOADED).write_text("10000")
+    unmarked.mkdir()
+    (unmarked / "postgres").mkdir()  # a load that stopped partway
+    for path in (other, unmarked):
+        with pytest.raises(SystemExit, match="other than a store of 2000"):
+            search_ab.store(path, 2_000, contextlib.ExitStack())
+    assert loads == [new, empty]
 
 
 def _run(label: str, scale: float) -> peer_mem0.Run:
@@ -55,5 +74,6 @@ def test_the_report_gives_b_over_a_with_its_interval_and_each_sides_settings():
     assert "| **B / A** |  | **0.90×** | **0.90×** | **0.90×** | **0.90×** | 0.90× |" in body
     assert "p50 0.90-0.90×" in body  # every block of B is 0.9 of A's
     assert "loaded in 95 s" in body
-    assert "begun during the timed searches (a child process competing with them for the cores): A 0, B 1" in body
+    assert "begun from the warm pass's end to the last search (a child process competing with the searches for the " \
+           "cores): A 0, B 1" in body
     assert "a warm pass" in body
