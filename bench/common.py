@@ -436,6 +436,20 @@ def paired_ratio_interval(a_ms: Sequence[float], b_ms: Sequence[float], block: i
     return float(low), float(high)
 
 
+def ratio_intervals(a_ms: Sequence[float], b_ms: Sequence[float], block: int) -> str:
+    """paired_ratio_interval of a over b at p50, p95 and p99, as a report says them."""
+    spread = {k: paired_ratio_interval(a_ms, b_ms, block, percentile=q)
+              for k, q in (("p50", 50), ("p95", 95), ("p99", 99))}
+    if spread["p50"] is None:
+        return f"none: fewer than {MIN_BOOTSTRAP_BLOCKS} blocks"
+    return ", ".join(f"{k} {v[0]:.2f}-{v[1]:.2f}×" for k, v in spread.items())
+
+
+def by_process(cpu_ms: dict[str, float]) -> str:
+    """CPU ms by process, the busiest first, as a report says them."""
+    return ", ".join(f"{name} {ms:.1f}" for name, ms in sorted(cpu_ms.items(), key=lambda kv: -kv[1]))
+
+
 def critical_path(stages_ms: dict[str, list[float]]) -> np.ndarray:
     """Per search, from `explain`: the vector leg (embed_query + dense) and the BM25 leg run at
     once, so their longer one counts; every other stage follows them."""

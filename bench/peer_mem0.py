@@ -405,8 +405,6 @@ def size_section(size: int, engram: Run, mem0: Run) -> list[str]:
             ["ratio Engram / mem0 (inside the runner)", "", "", "",
              *(f"{e[k] / inner[k]:.2f}×" for k in ("p50", "p95", "p99", "max")), ""]]
     hits = lambda r: ", ".join(f"{n}: {c}" for n, c in sorted(r.hits.items(), reverse=True))  # noqa: E731
-    spread = {k: common.paired_ratio_interval(engram.search_ms, mem0.search_ms, BLOCK, percentile=q)
-              for k, q in (("p50", 50), ("p95", 95), ("p99", 99))}
     return [
         f"## {size:,} memories in one scope", "",
         common.md_table(["system", "memories", "ingest s", "memories/s", "search p50 ms", "p95 ms", "p99 ms",
@@ -414,8 +412,7 @@ def size_section(size: int, engram: Run, mem0: Run) -> list[str]:
         "- how far the ratio (pipe) could move with the minutes this run met: its 90% interval when the blocks "
         f"of {BLOCK} searches, which the systems took in turns, are drawn again with replacement, the same "
         "blocks for both (a paired block bootstrap, approximate; an interval holding 1.00 cannot tell the "
-        "systems apart): " + (", ".join(f"{k} {v[0]:.2f}-{v[1]:.2f}×" for k, v in spread.items())
-                              if spread["p50"] else f"none: fewer than {common.MIN_BOOTSTRAP_BLOCKS} blocks") + ".",
+        f"systems apart): {common.ratio_intervals(engram.search_ms, mem0.search_ms, BLOCK)}.",
         f"- Engram ingest: {engram.ingest_path}; until every import job is done and `/readyz` shows the "
         "pipeline idle (queued 0, draining 0); memories = points in the vector index then. Searching began "
         "once the lexical index held every memory with its current weights (`/readyz` lexical_index "
@@ -438,8 +435,7 @@ def size_section(size: int, engram: Run, mem0: Run) -> list[str]:
         "Engram, every process of `engram up` (API, worker, Postgres, Temporal); mem0, the runner, its "
         "Postgres and this benchmark's process (the embedding endpoint; also the pipe's client side). "
         "Well above the search's own work means something else in that system was busy. Engram's by "
-        "process: " + ", ".join(f"{name} {ms:.1f}" for name, ms in sorted(engram.facts["cpu_by_process"].items(),
-                                                                         key=lambda kv: -kv[1])) + ".",
+        f"process: {common.by_process(engram.facts['cpu_by_process'])}.",
         "- 1-minute load average before ingesting / after the last search (2 cores; anything above the "
         f"system's own load is another engineer's work): Engram {engram.load[0]:.2f} / {engram.load[1]:.2f}, "
         f"mem0 {mem0.load[0]:.2f} / {mem0.load[1]:.2f}.",

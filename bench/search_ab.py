@@ -189,13 +189,8 @@ def _body(args, a: peer_mem0.Run, b: peer_mem0.Run, facts: dict) -> str:
         named = ", ".join(f"`{k}={v}`" for k, v in settings[run.system]) or "defaults"
         return [run.system, named, ms(p["p50"]), ms(p["p95"]), ms(p["p99"]), ms(p["max"]), ms(run.search_cpu_ms)]
 
-    spread = {k: common.paired_ratio_interval(b.search_ms, a.search_ms, peer_mem0.BLOCK, percentile=q)
-              for k, q in (("p50", 50), ("p95", 95), ("p99", 99))}
     ratio = ["**B / A**", "", *(f"**{pb[k] / pa[k]:.2f}×**" for k in ("p50", "p95", "p99", "max")),
              f"{b.search_cpu_ms / a.search_cpu_ms:.2f}×"]
-    def by_process(run: peer_mem0.Run) -> str:
-        return ", ".join(f"{name} {v:.1f}" for name, v in sorted(run.facts["cpu_by_process"].items(),
-                                                                  key=lambda kv: -kv[1]))
 
     loaded = (f"loaded in {facts['load_s']:.0f} s" if facts["load_s"] is not None
               else f"loaded by an earlier run into `{args.keep}`")
@@ -212,10 +207,10 @@ def _body(args, a: peer_mem0.Run, b: peer_mem0.Run, facts: dict) -> str:
         "- how far each ratio could move with the minutes this run met: its 90% interval when the blocks are "
         "drawn again with replacement, the same blocks for both (a paired block bootstrap, approximate; an "
         "interval holding 1.00 cannot tell the sides apart): "
-        + (", ".join(f"{k} {v[0]:.2f}-{v[1]:.2f}×" for k, v in spread.items()) if spread["p50"]
-           else f"none: fewer than {common.MIN_BOOTSTRAP_BLOCKS} blocks") + ".",
+        f"{common.ratio_intervals(b.search_ms, a.search_ms, peer_mem0.BLOCK)}.",
         "- CPU ms per search: CPU time every process of a side's `engram up` (API, worker, Postgres, Temporal) "
-        f"used during its own blocks, over their searches. A: {by_process(a)}. B: {by_process(b)}.",
+        f"used during its own blocks, over their searches. A: {common.by_process(a.facts['cpu_by_process'])}. "
+        f"B: {common.by_process(b.facts['cpu_by_process'])}.",
         f"- 1-minute load average before / after the searches (2 sides idle between their turns): "
         f"{facts['load_avg'][0]:.2f} / {facts['load_avg'][1]:.2f}.",
         f"- times the kernel's page cache was dropped during the searches: {facts['page_cache_drops']}.",

@@ -44,3 +44,11 @@ def test_too_few_blocks_give_no_interval_and_unequal_runs_are_refused():
     assert common.paired_ratio_interval(_latencies(1, 180), _latencies(2, 180), 20, percentile=50) is None
     with pytest.raises(ValueError):
         common.paired_ratio_interval(_latencies(1, 400), _latencies(2, 380), 20, percentile=50)
+
+
+def test_a_report_says_each_intervals_ratio_or_that_there_were_too_few_blocks():
+    a, b = [11.0 + i % 5 for i in range(400)], [10.0 + i % 5 for i in range(400)]
+    said = common.ratio_intervals(a, b, 20)
+    assert said.startswith("p50 1.") and ", p95 1." in said and ", p99 1." in said
+    assert common.ratio_intervals(a[:100], b[:100], 20) == f"none: fewer than {common.MIN_BOOTSTRAP_BLOCKS} blocks"
+    assert common.by_process({"postgres": 4.0, "python3.11": 17.25}) == "python3.11 17.2, postgres 4.0"
