@@ -76,12 +76,18 @@ def cmd_remember(args) -> None:
 def cmd_search(args) -> None:
     with _engram() as engram:
         result = engram.search(args.query, scope=_scope(args), limit=args.limit,
-                               filters={"time": args.time} if args.time else None)
+                               filters={"time": args.time} if args.time else None,
+                               **_present(rerank=args.rerank or None, explain=args.explain or None))
     if args.json:
         _print(result)
         return
     for hit in result.results:
         print(f"{hit.score:.3f}  {hit.memory.id}  {hit.memory.content[:100]}")
+    for warning in result.warnings:
+        print(f"warning: {warning}")
+    for name, stage in (result.explain or {}).items():
+        facts = "  ".join(f"{key}={value}" for key, value in stage.items() if key != "ms")
+        print(f"{name:<12} {stage['ms']:8.1f} ms  {facts}".rstrip())
 
 
 def cmd_get(args) -> None:
@@ -388,6 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scope(p)
     p.add_argument("--limit", type=int, default=10)
     p.add_argument("--time", help='e.g. "last 3 months", "yesterday"')
+    p.add_argument("--rerank", action="store_true", help="reorder the top with the cross-encoder")
+    p.add_argument("--explain", action="store_true", help="also print each stage's time in ms and what it did")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_search)
 

@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     # Its buffer cache in MB. 0: an eighth of the machine's memory, 128 MB to 1 GB
     # (worker.embedded.default_shared_buffers_mb: why).
     embedded_postgres_shared_buffers_mb: int = Field(default=0, ge=0)
+    # pg_stat_statements, whose view in the `postgres` database says which statements take the
+    # time (runbooks/SlowSearch.md). bench/reports/search-ab-stat-statements.md: its cost.
+    embedded_postgres_stat_statements: bool = True
     postgres_pool_min: int = 2
     postgres_pool_max: int = 10
 

@@ -66,11 +66,20 @@ def test_up_serves_the_cli_and_keeps_everything_across_a_restart(engram):
         assert answer["status"] == "processed"
         stored.append(answer)
 
-    search, got, job, status, bad, no_scope = _side_by_side(
-        engram, ("search", "what pet does she have", "--user-id", "olga", "--json"), ("get", stored[0]["memory_id"]),
+    search, explained, got, job, status, bad, no_scope = _side_by_side(
+        engram, ("search", "what pet does she have", "--user-id", "olga", "--json"),
+        ("search", "what pet does she have", "--user-id", "olga", "--explain"), ("get", stored[0]["memory_id"]),
         ("jobs", stored[0]["job_id"]), ("status",), ("remember", "", "--user-id", "olga"), ("search", "x"))
     assert search.returncode == 0, search.stderr
     assert json.loads(search.stdout)["results"][0]["memory"]["id"] == stored[1]["memory_id"]
+    assert explained.returncode == 0, explained.stderr
+    lines = explained.stdout.splitlines()
+    assert stored[1]["memory_id"] in lines[0]
+    stages = {line.split()[0]: line.split()[2] for line in lines if len(line.split()) > 2 and line.split()[2] == "ms"}
+    assert {"embed_query", "dense", "bm25", "fetch", "rows"} <= set(stages), explained.stdout
+    assert "bge-small" in next(line for line in lines if line.startswith("embed_query"))
+    # pg_stat_statements counted the service's statements, in its view in the `postgres` database.
+    assert asyncio.run(_statements_on(int(engram.env["ENGRAM_EMBEDDED_POSTGRES_PORT"]), "memories")) > 0
     assert json.loads(got.stdout)["content"] == "Olga grows tomatoes on her balcony"
     assert json.loads(job.stdout)["status"] == "done"
     assert status.returncode == 0 and json.loads(status.stdout)["ready"] is True
@@ -102,6 +111,17 @@ async def _shared_buffers_mb(port: int) -> int:
         await conn.close()
 
 
+async def _statements_on(port: int, table: str) -> int:
+    """Calls pg_stat_statements counted of `engram`'s statements that name `table`."""
+    conn = await asyncpg.connect(f"postgresql://postgres@127.0.0.1:{port}/postgres")
+    try:
+        return await conn.fetchval(
+            "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE '%' || $1 || '%' "
+            "AND dbid = (SELECT oid FROM pg_database WHERE datname = 'engram')", table)
+    finally:
+        await conn.close()
+
+
 @pytest.mark.parametrize(("memory_mb", "buffers_mb"), [(512, 128), (2048, 256), (4096, 512), (24105, 1024)])
 def test_the_embedded_postgres_caches_an_eighth_of_memory_from_postgres_default_up_to_1_gb(memory_mb, buffers_mb):
     assert default_shared_buffers_mb(memory_mb) == buffers_mb
@@ -116,6 +136,9 @@ def test_the_embedded_postgres_buffer_cache_can_be_set_and_overrides_its_config_
         server.stop()
         server.start()
         assert asyncio.run(_shared_buffers_mb(server.port)) == 160
+        show = [str(server.bin_dir / "psql"), server.dsn(), "-tAc", "SHOW shared_preload_libraries"]
+        preloaded = subprocess.run(show, check=True, capture_output=True, text=True).stdout.strip()
+        assert preloaded == ""  # pg_stat_statements only when asked for (`engram up` asks by default)
     finally:
         server.stop()
 

@@ -104,15 +104,21 @@ class EmbeddedPostgres:
 
     SYSTEM_USER = "embedded_postgres"  # postgres refuses to run as root
 
-    def __init__(self, data_dir: Path, port: int, *, fsync: bool = True, shared_buffers_mb: int | None = None) -> None:
+    def __init__(self, data_dir: Path, port: int, *, fsync: bool = True, shared_buffers_mb: int | None = None,
+                 stat_statements: bool = False) -> None:
         """`fsync=False` (the tests' servers): Postgres never waits for the disk. A killed
         server still loses nothing it committed (its writes sit in the kernel's page cache);
         only a crash of the machine itself could. `shared_buffers_mb`: the buffer cache, by
-        default `default_shared_buffers_mb()`; it overrides any postgresql.conf setting."""
+        default `default_shared_buffers_mb()`; it overrides any postgresql.conf setting.
+        `stat_statements`: load pg_stat_statements and create its view in the `postgres`
+        database (so `engram`'s schema stays the migrations' own), where it counts the calls,
+        time and block reads of every database's statements (runbooks/SlowSearch.md); it
+        overrides any `shared_preload_libraries` of postgresql.conf."""
         self.data_dir = data_dir.resolve()
         self.port = port
         self.fsync = fsync
         self.shared_buffers_mb = shared_buffers_mb  # None: default_shared_buffers_mb() at start
+        self.stat_statements = stat_statements
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -142,11 +148,17 @@ class EmbeddedPostgres:
         self.proc = subprocess.Popen(
             [str(self.bin_dir / "postgres"), "-D", str(pgdata), "-h", "127.0.0.1", "-p", str(self.port),
              "-k", str(self.data_dir), "-c", "max_connections=200", "-c", f"shared_buffers={buffers_mb}MB",
-             *([] if self.fsync else ["-c", "fsync=off"])],
+             *([] if self.fsync else ["-c", "fsync=off"]),
+             *(["-c", "shared_preload_libraries=pg_stat_statements"] if self.stat_statements else [])],
             preexec_fn=demote, stdout=log_file, stderr=log_file, start_new_session=True,
         )
         wait_for_port("127.0.0.1", self.port, timeout_s, self.proc)
         self._create_database(timeout_s)
+        if self.stat_statements:
+            out = subprocess.run([str(self.bin_dir / "psql"), self.dsn("postgres"), "-c",
+                                  "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"], capture_output=True, text=True)
+            if out.returncode != 0:
+                raise RuntimeError(f"pg_stat_statements: {out.stderr.strip()}")
 
     def _create_database(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -65,7 +65,8 @@ async def up(settings: Settings) -> None:
     try:
         if not settings.postgres_dsn:
             pg = EmbeddedPostgres(settings.data_dir / "postgres", settings.embedded_postgres_port,
-                                  shared_buffers_mb=settings.embedded_postgres_shared_buffers_mb or None)
+                                  shared_buffers_mb=settings.embedded_postgres_shared_buffers_mb or None,
+                                  stat_statements=settings.embedded_postgres_stat_statements)
             pg.start()
             servers["postgres"] = pg
             settings = settings.model_copy(update={"postgres_dsn": pg.dsn()})
