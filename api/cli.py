@@ -77,7 +77,7 @@ def cmd_search(args) -> None:
     with _engram() as engram:
         result = engram.search(args.query, scope=_scope(args), limit=args.limit,
                                filters={"time": args.time} if args.time else None,
-                               **_present(rerank=args.rerank or None, explain=args.explain or None))
+                               **_present(rerank=args.rerank, explain=args.explain or None))
     if args.json:
         _print(result)
         return
@@ -394,7 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scope(p)
     p.add_argument("--limit", type=int, default=10)
     p.add_argument("--time", help='e.g. "last 3 months", "yesterday"')
-    p.add_argument("--rerank", action="store_true", help="reorder the top with the cross-encoder")
+    p.add_argument("--rerank", action=argparse.BooleanOptionalAction,
+                   help="reorder the top with the cross-encoder, or not (default: ENGRAM_RERANK_DEFAULT)")
     p.add_argument("--explain", action="store_true", help="also print each stage's time in ms and what it did")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_search)

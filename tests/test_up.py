@@ -78,8 +78,9 @@ def test_up_serves_the_cli_and_keeps_everything_across_a_restart(engram):
     stages = {line.split()[0]: line.split()[2] for line in lines if len(line.split()) > 2 and line.split()[2] == "ms"}
     assert {"embed_query", "dense", "bm25", "fetch", "rows"} <= set(stages), explained.stdout
     assert "bge-small" in next(line for line in lines if line.startswith("embed_query"))
-    # pg_stat_statements counted the service's statements, in its view in the `postgres` database.
-    assert asyncio.run(_statements_on(int(engram.env["ENGRAM_EMBEDDED_POSTGRES_PORT"]), "memories")) > 0
+    # pg_stat_statements counted the searches' statements (the query's BM25 statistics), in its
+    # view in the `postgres` database.
+    assert asyncio.run(_statements_on(int(engram.env["ENGRAM_EMBEDDED_POSTGRES_PORT"]), " AS idf, n.avgdl")) >= 2
     assert json.loads(got.stdout)["content"] == "Olga grows tomatoes on her balcony"
     assert json.loads(job.stdout)["status"] == "done"
     assert status.returncode == 0 and json.loads(status.stdout)["ready"] is True
@@ -111,13 +112,21 @@ async def _shared_buffers_mb(port: int) -> int:
         await conn.close()
 
 
-async def _statements_on(port: int, table: str) -> int:
-    """Calls pg_stat_statements counted of `engram`'s statements that name `table`."""
+async def _preloaded(port: int) -> str:
+    conn = await asyncpg.connect(f"postgresql://postgres@127.0.0.1:{port}/engram")
+    try:
+        return await conn.fetchval("SHOW shared_preload_libraries")
+    finally:
+        await conn.close()
+
+
+async def _statements_on(port: int, text: str) -> int:
+    """Calls pg_stat_statements counted of `engram`'s statements that hold `text`."""
     conn = await asyncpg.connect(f"postgresql://postgres@127.0.0.1:{port}/postgres")
     try:
         return await conn.fetchval(
             "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE '%' || $1 || '%' "
-            "AND dbid = (SELECT oid FROM pg_database WHERE datname = 'engram')", table)
+            "AND dbid = (SELECT oid FROM pg_database WHERE datname = 'engram')", text)
     finally:
         await conn.close()
 
@@ -136,9 +145,7 @@ def test_the_embedded_postgres_buffer_cache_can_be_set_and_overrides_its_config_
         server.stop()
         server.start()
         assert asyncio.run(_shared_buffers_mb(server.port)) == 160
-        show = [str(server.bin_dir / "psql"), server.dsn(), "-tAc", "SHOW shared_preload_libraries"]
-        preloaded = subprocess.run(show, check=True, capture_output=True, text=True).stdout.strip()
-        assert preloaded == ""  # pg_stat_statements only when asked for (`engram up` asks by default)
+        assert asyncio.run(_preloaded(server.port)) == ""  # pg_stat_statements only when asked for
     finally:
         server.stop()
 
@@ -163,7 +170,9 @@ def _restarted(parent: int, role: str, dead: int, timeout_s: float = 60) -> int:
 
 
 def test_a_crashed_api_or_worker_is_restarted_and_up_killed_outright_takes_its_servers_with_it(engram):
+    engram.env["ENGRAM_EMBEDDED_POSTGRES_STAT_STATEMENTS"] = "false"
     engram.start()
+    assert asyncio.run(_preloaded(int(engram.env["ENGRAM_EMBEDDED_POSTGRES_PORT"]))) == ""
     with engram.client() as http:
         answer = http.post("/api/memory/remember", json={"content": "Petra runs a bakery", "scope": {"user_id": "p"},
                                                          "mode": "sync"}).json()

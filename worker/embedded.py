@@ -112,8 +112,8 @@ class EmbeddedPostgres:
         default `default_shared_buffers_mb()`; it overrides any postgresql.conf setting.
         `stat_statements`: load pg_stat_statements and create its view in the `postgres`
         database (so `engram`'s schema stays the migrations' own), where it counts the calls,
-        time and block reads of every database's statements (runbooks/SlowSearch.md); it
-        overrides any `shared_preload_libraries` of postgresql.conf."""
+        time and block reads of every database's statements (runbooks/SlowSearch.md); when on,
+        it overrides any `shared_preload_libraries` of postgresql.conf (ALTER SYSTEM included)."""
         self.data_dir = data_dir.resolve()
         self.port = port
         self.fsync = fsync
@@ -156,9 +156,11 @@ class EmbeddedPostgres:
         self._create_database(timeout_s)
         if self.stat_statements:
             out = subprocess.run([str(self.bin_dir / "psql"), self.dsn("postgres"), "-c",
-                                  "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"], capture_output=True, text=True)
+                                  "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"],
+                                 capture_output=True, text=True, timeout=timeout_s)
             if out.returncode != 0:
-                raise RuntimeError(f"pg_stat_statements: {out.stderr.strip()}")
+                raise RuntimeError(f"pg_stat_statements: {out.stderr.strip()} "
+                                   "(ENGRAM_EMBEDDED_POSTGRES_STAT_STATEMENTS=false starts without it)")
 
     def _create_database(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
