@@ -38,8 +38,10 @@ class Settings(BaseSettings):
     # (worker.embedded.default_shared_buffers_mb: why).
     embedded_postgres_shared_buffers_mb: int = Field(default=0, ge=0)
     # pg_stat_statements, whose view in the `postgres` database says which statements take the
-    # time (runbooks/SlowSearch.md). bench/reports/search-ab-stat-statements.md: its cost.
-    embedded_postgres_stat_statements: bool = True
+    # time (runbooks/SlowSearch.md): on while diagnosing. Off by default: at 10k memories in one
+    # scope it cost search p95 1.07x (interval 1.01-1.14) and Postgres 35% more CPU
+    # (bench/reports/search-ab-stat-statements.md).
+    embedded_postgres_stat_statements: bool = False
     postgres_pool_min: int = 2
     postgres_pool_max: int = 10
 

@@ -48,6 +48,7 @@ def _side_by_side(engram: EngramProcess, *commands: tuple[str, ...]) -> list[sub
 
 
 def test_up_serves_the_cli_and_keeps_everything_across_a_restart(engram):
+    engram.env["ENGRAM_EMBEDDED_POSTGRES_STAT_STATEMENTS"] = "true"
     engram.start()
     key = engram.key
     assert key.startswith("engram_")
@@ -170,9 +171,8 @@ def _restarted(parent: int, role: str, dead: int, timeout_s: float = 60) -> int:
 
 
 def test_a_crashed_api_or_worker_is_restarted_and_up_killed_outright_takes_its_servers_with_it(engram):
-    engram.env["ENGRAM_EMBEDDED_POSTGRES_STAT_STATEMENTS"] = "false"
     engram.start()
-    assert asyncio.run(_preloaded(int(engram.env["ENGRAM_EMBEDDED_POSTGRES_PORT"]))) == ""
+    assert asyncio.run(_preloaded(int(engram.env["ENGRAM_EMBEDDED_POSTGRES_PORT"]))) == ""  # off by default
     with engram.client() as http:
         answer = http.post("/api/memory/remember", json={"content": "Petra runs a bakery", "scope": {"user_id": "p"},
                                                          "mode": "sync"}).json()

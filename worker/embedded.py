@@ -112,7 +112,8 @@ class EmbeddedPostgres:
         default `default_shared_buffers_mb()`; it overrides any postgresql.conf setting.
         `stat_statements`: load pg_stat_statements and create its view in the `postgres`
         database (so `engram`'s schema stays the migrations' own), where it counts the calls,
-        time and block reads of every database's statements (runbooks/SlowSearch.md); when on,
+        time and block reads of every database's statements but utility ones (RESET ALL, CLOSE
+        ALL, ...: a pool's reset of each connection it takes back, noise) (runbooks/SlowSearch.md); when on,
         it overrides any `shared_preload_libraries` of postgresql.conf (ALTER SYSTEM included)."""
         self.data_dir = data_dir.resolve()
         self.port = port
@@ -149,7 +150,8 @@ class EmbeddedPostgres:
             [str(self.bin_dir / "postgres"), "-D", str(pgdata), "-h", "127.0.0.1", "-p", str(self.port),
              "-k", str(self.data_dir), "-c", "max_connections=200", "-c", f"shared_buffers={buffers_mb}MB",
              *([] if self.fsync else ["-c", "fsync=off"]),
-             *(["-c", "shared_preload_libraries=pg_stat_statements"] if self.stat_statements else [])],
+             *(["-c", "shared_preload_libraries=pg_stat_statements", "-c", "pg_stat_statements.track_utility=off"]
+               if self.stat_statements else [])],
             preexec_fn=demote, stdout=log_file, stderr=log_file, start_new_session=True,
         )
         wait_for_port("127.0.0.1", self.port, timeout_s, self.proc)
