@@ -54,7 +54,7 @@ def test_up_serves_the_cli_and_keeps_everything_across_a_restart(engram):
     assert key.startswith("engram_")
     children = _children_of(engram.proc.pid)
     assert any("postgres" in c for c in children) and any("temporal" in c for c in children)
-    assert asyncio.run(_shared_buffers_mb(int(engram.env["ENGRAM_EMBEDDED_POSTGRES_PORT"]))) == (
+    assert _fetchval(int(engram.env["ENGRAM_EMBEDDED_POSTGRES_PORT"]), SHARED_BUFFERS_MB) == (
         default_shared_buffers_mb())
 
     # Each CLI run is a process that spends most of a second importing: commands that do not
@@ -76,12 +76,12 @@ def test_up_serves_the_cli_and_keeps_everything_across_a_restart(engram):
     assert explained.returncode == 0, explained.stderr
     lines = explained.stdout.splitlines()
     assert stored[1]["memory_id"] in lines[0]
-    stages = {line.split()[0]: line.split()[2] for line in lines if len(line.split()) > 2 and line.split()[2] == "ms"}
-    assert {"embed_query", "dense", "bm25", "fetch", "rows"} <= set(stages), explained.stdout
+    stages = {line.split()[0] for line in lines if line.split()[2:3] == ["ms"]}
+    assert {"embed_query", "dense", "bm25", "fetch", "rows"} <= stages, explained.stdout
     assert "bge-small" in next(line for line in lines if line.startswith("embed_query"))
     # pg_stat_statements counted the searches' statements (the query's BM25 statistics), in its
     # view in the `postgres` database.
-    assert asyncio.run(_statements_on(int(engram.env["ENGRAM_EMBEDDED_POSTGRES_PORT"]), " AS idf, n.avgdl")) >= 2
+    assert _statements_on(int(engram.env["ENGRAM_EMBEDDED_POSTGRES_PORT"]), " AS idf, n.avgdl") >= 2
     assert json.loads(got.stdout)["content"] == "Olga grows tomatoes on her balcony"
     assert json.loads(job.stdout)["status"] == "done"
     assert status.returncode == 0 and json.loads(status.stdout)["ready"] is True
@@ -105,31 +105,28 @@ def test_up_serves_the_cli_and_keeps_everything_across_a_restart(engram):
         assert again.json()["memory_id"] == stored[2]["memory_id"]
 
 
-async def _shared_buffers_mb(port: int) -> int:
-    conn = await asyncpg.connect(f"postgresql://postgres@127.0.0.1:{port}/engram")
-    try:  # pg_settings counts shared_buffers in 8 kB blocks
-        return await conn.fetchval("SELECT setting::int * 8 / 1024 FROM pg_settings WHERE name = 'shared_buffers'")
-    finally:
-        await conn.close()
+def _fetchval(port: int, sql: str, *args, database: str = "engram"):
+    """One value from the embedded Postgres listening on `port`."""
+    async def fetch():
+        conn = await asyncpg.connect(f"postgresql://postgres@127.0.0.1:{port}/{database}")
+        try:
+            return await conn.fetchval(sql, *args)
+        finally:
+            await conn.close()
+
+    return asyncio.run(fetch())
 
 
-async def _preloaded(port: int) -> str:
-    conn = await asyncpg.connect(f"postgresql://postgres@127.0.0.1:{port}/engram")
-    try:
-        return await conn.fetchval("SHOW shared_preload_libraries")
-    finally:
-        await conn.close()
+# pg_settings counts shared_buffers in 8 kB blocks
+SHARED_BUFFERS_MB = "SELECT setting::int * 8 / 1024 FROM pg_settings WHERE name = 'shared_buffers'"
+PRELOADED = "SHOW shared_preload_libraries"
 
 
-async def _statements_on(port: int, text: str) -> int:
+def _statements_on(port: int, text: str) -> int:
     """Calls pg_stat_statements counted of `engram`'s statements that hold `text`."""
-    conn = await asyncpg.connect(f"postgresql://postgres@127.0.0.1:{port}/postgres")
-    try:
-        return await conn.fetchval(
-            "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE '%' || $1 || '%' "
-            "AND dbid = (SELECT oid FROM pg_database WHERE datname = 'engram')", text)
-    finally:
-        await conn.close()
+    return _fetchval(port, "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE '%' || $1 || '%'"
+                           " AND dbid = (SELECT oid FROM pg_database WHERE datname = 'engram')",
+                     text, database="postgres")
 
 
 @pytest.mark.parametrize(("memory_mb", "buffers_mb"), [(512, 128), (2048, 256), (4096, 512), (24105, 1024)])
@@ -145,8 +142,8 @@ def test_the_embedded_postgres_buffer_cache_can_be_set_and_overrides_its_config_
                        check=True, capture_output=True)
         server.stop()
         server.start()
-        assert asyncio.run(_shared_buffers_mb(server.port)) == 160
-        assert asyncio.run(_preloaded(server.port)) == ""  # pg_stat_statements only when asked for
+        assert _fetchval(server.port, SHARED_BUFFERS_MB) == 160
+        assert _fetchval(server.port, PRELOADED) == ""  # pg_stat_statements only when asked for
     finally:
         server.stop()
 
@@ -172,7 +169,7 @@ def _restarted(parent: int, role: str, dead: int, timeout_s: float = 60) -> int:
 
 def test_a_crashed_api_or_worker_is_restarted_and_up_killed_outright_takes_its_servers_with_it(engram):
     engram.start()
-    assert asyncio.run(_preloaded(int(engram.env["ENGRAM_EMBEDDED_POSTGRES_PORT"]))) == ""  # off by default
+    assert _fetchval(int(engram.env["ENGRAM_EMBEDDED_POSTGRES_PORT"]), PRELOADED) == ""  # off by default
     with engram.client() as http:
         answer = http.post("/api/memory/remember", json={"content": "Petra runs a bakery", "scope": {"user_id": "p"},
                                                          "mode": "sync"}).json()
