@@ -216,6 +216,9 @@ class Settings(BaseSettings):
     # The worker process runs at this CPU niceness (0-19) under `engram up` and `engram worker`,
     # so that a backlog being worked off yields the CPU to searches.
     worker_niceness: int = Field(default=10, ge=0, le=19)
+    # glibc's malloc in the API and worker processes asks for transparent huge pages, so the
+    # embedding model's weights are read through fewer page translations (worker.huge_pages).
+    malloc_huge_pages: bool = True
 
     # Ranking: a*vector + b*BM25 + c*log(1+access_count). The access boost is off by default:
     # it makes a search's results depend on which searches came before (each one counts an

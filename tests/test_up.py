@@ -157,6 +157,13 @@ def _role_pid(parent: int, role: str) -> int | None:
     return None
 
 
+def _environ(pid: int) -> dict[str, str]:
+    """The environment process `pid` was started with."""
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        pairs = [entry.decode().partition("=") for entry in f.read().split(b"\0") if entry]
+    return {name: value for name, _, value in pairs}
+
+
 def _restarted(parent: int, role: str, dead: int, timeout_s: float = 60) -> int:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -173,11 +180,13 @@ def test_a_crashed_api_or_worker_is_restarted_and_up_killed_outright_takes_its_s
     with engram.client() as http:
         answer = http.post("/api/memory/remember", json={"content": "Petra runs a bakery", "scope": {"user_id": "p"},
                                                          "mode": "sync"}).json()
-        # A crashed API or worker is restarted by engram up, and serves again.
+        # A crashed API or worker is restarted by engram up, and serves again; started, and
+        # restarted, with glibc's malloc asking for huge pages (ENGRAM_MALLOC_HUGE_PAGES).
         for role in ("api", "worker"):
             dead = _role_pid(engram.proc.pid, role)
+            assert "glibc.malloc.hugetlb=1" in _environ(dead).get("GLIBC_TUNABLES", "")
             os.kill(dead, signal.SIGKILL)
-            _restarted(engram.proc.pid, role, dead)
+            assert "glibc.malloc.hugetlb=1" in _environ(_restarted(engram.proc.pid, role, dead))["GLIBC_TUNABLES"]
         deadline = time.monotonic() + 60
         while True:
             try:

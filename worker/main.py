@@ -22,6 +22,7 @@ from api.http import create_app
 from engram import logs
 from engram.domain.errors import ConfigError
 from engram.settings import Settings
+from worker import huge_pages
 from worker.runtime import Runtime
 from worker.startup import prepare_store, wait_until_prepared
 
@@ -86,6 +87,7 @@ def worker_main() -> None:
     logs.configure()
     settings = Settings()
     _require_servers(settings)
+    huge_pages.ensure(settings)
     asyncio.run(run_worker(settings))
 
 
@@ -93,4 +95,5 @@ def api_main() -> None:
     logs.configure()
     settings = Settings()
     _require_servers(settings)
+    huge_pages.ensure(settings)
     run_api(settings)

@@ -27,6 +27,7 @@ from engram.domain.errors import ConfigError
 from engram.settings import Settings
 from engram.store import keys
 from engram.store import pool as pool_module
+from worker import huge_pages
 from worker.embedded import (
     CrashLoop, EmbeddedPostgres, EmbeddedTemporal, EngramChild, supervise, wait_until_free,
 )
@@ -81,8 +82,9 @@ async def up(settings: Settings) -> None:
             servers["local-llm"] = llm
         await prepare_store(settings)
         key = await ensure_dev_key(settings)
-        env = {**os.environ, "ENGRAM_POSTGRES_DSN": settings.postgres_dsn,
-               "ENGRAM_TEMPORAL_ADDRESS": settings.temporal_address, "ENGRAM_DATA_DIR": str(settings.data_dir)}
+        env = huge_pages.environment({**os.environ, "ENGRAM_POSTGRES_DSN": settings.postgres_dsn,
+                                      "ENGRAM_TEMPORAL_ADDRESS": settings.temporal_address,
+                                      "ENGRAM_DATA_DIR": str(settings.data_dir)}, settings.malloc_huge_pages)
         wait_until_free(settings.http_port)  # a killed predecessor's API may still hold them
         wait_until_free(settings.grpc_port)
         for role in ("worker", "api"):
@@ -149,6 +151,7 @@ def child_main() -> None:
     logs.configure()
     role = sys.argv[1]
     settings = Settings()
+    huge_pages.ensure(settings)  # set already by `engram up`: this restarts a hand-started child only
     if role == "worker":
         asyncio.run(run_worker(settings))
     else:
