@@ -236,10 +236,14 @@ class Settings(BaseSettings):
     # BM25 postings and statistics once, at the next start-up, in one transaction: searches use
     # the old ones until it commits and writes wait for it.
     bm25_stemmer: str = "english"
-    # Candidates from each leg before fusion. LoCoMo dev scores the same at 50 as at 100 (R@10 .724
-    # vs .723, with rerank .768 vs .765: bench/reports/locomo.md), and every stage after the legs
-    # works per candidate.
-    search_candidates: int = Field(default=50, ge=1)
+    # Candidates from each leg before fusion; every stage after the legs works per candidate.
+    # LoCoMo dev scores the same at 30 as at 50 (R@10 .726 / nDCG@10 .545 against .725 / .546),
+    # and at 10k memories in one scope 30 took search p50 0.86x and p95 0.88x, CPU 0.87x
+    # (bench/reports/search-ab-search-candidates-30.md).
+    search_candidates: int = Field(default=30, ge=1)
+    # ...and when the search reranks: the cross-encoder reorders more than fusion kept at 30 (its
+    # R@10 .758 against .764 at 50), and takes ~15x a search's time anyway.
+    rerank_candidates: int = Field(default=50, ge=1)
     # Context expansion: lift by this times the fused scores of the turns before and after
     # in the same session; 0 turns it off.
     expansion_weight: float = 0.1

@@ -377,6 +377,23 @@ async def test_a_dense_hit_outside_bm25s_top_candidates_keeps_its_true_bm25_scor
             assert hit["components"]["bm25"] == pytest.approx(full[hit["memory"]["content"]])
 
 
+async def test_a_search_that_reranks_fuses_rerank_candidates_from_each_leg_and_one_that_does_not_fewer(make_app):
+    async with make_app(search_candidates=2, rerank_candidates=4) as app:
+        scope = {"user_id": "depth"}
+        for text in ("Ada keeps bees", "Ada sells honey", "Ada's hives are blue", "Ada reads about bees",
+                     "Ada's bees swarmed in May", "Ada wants more hives"):
+            await app.remember(text, scope=scope, mode="sync", raw=True)
+        depth = {}
+        for rerank in (False, True):
+            response = await app.post("/api/memory/search", {"query": "Ada bees hives honey", "scope": scope,
+                                                             "limit": 1, "rerank": rerank, "rerank_top_n": 1,
+                                                             "explain": True})
+            assert response.status_code == 200, response.text
+            explain = response.json()["explain"]
+            depth[rerank] = (explain["dense"]["hits"], explain["fetch"]["lexical_hits"])
+        assert depth == {False: (2, 2), True: (4, 4)}
+
+
 @pytest.mark.parametrize("text, previous, seen", [
     ("Vic: yes, a dog", None, "Vic: yes, a dog"),
     ("Vic: yes, a dog", "Uma: any pets?", "Vic: yes, a dog (after: Uma: any pets?)"),
