@@ -31,7 +31,7 @@ def test_a_side_may_not_name_a_setting_twice_nor_time_more_questions_than_there_
     assert f"between {peer_mem0.BLOCK} and {most}" in capsys.readouterr().err
 
 
-def test_a_kept_directory_is_loaded_if_new_or_empty_reused_if_it_holds_that_size_and_refused_otherwise(
+def test_a_kept_directory_is_loaded_and_settled_if_new_or_empty_reused_if_it_holds_that_size_and_refused_otherwise(
         tmp_path, monkeypatch):
     loads = []
 
@@ -40,13 +40,20 @@ def test_a_kept_directory_is_loaded_if_new_or_empty_reused_if_it_holds_that_size
         (data / search_ab.LOADED).write_text(str(size))
         return 12.0
 
+    settled = []
     monkeypatch.setattr(search_ab, "load", load)
-    new, empty, other, unmarked = (tmp_path / name for name in ("new", "empty", "other", "unmarked"))
+    monkeypatch.setattr(search_ab.scale_corpus, "settle", settled.append)
+    new, empty, old, other, unmarked = (tmp_path / name for name in ("new", "empty", "old", "other", "unmarked"))
     empty.mkdir()
     assert search_ab.store(new, 2_000, contextlib.ExitStack()) == (new, 12.0)
     assert search_ab.store(empty, 2_000, contextlib.ExitStack()) == (empty, 12.0)
     assert search_ab.store(new, 2_000, contextlib.ExitStack()) == (new, None)  # reused as it is
-    assert loads == [new, empty]
+    assert loads == [new, empty] and settled == [new, empty]
+    old.mkdir()
+    (old / search_ab.LOADED).write_text("2000")  # loaded by a run that did not settle its stores
+    assert search_ab.store(old, 2_000, contextlib.ExitStack()) == (old, None)
+    assert search_ab.store(old, 2_000, contextlib.ExitStack()) == (old, None)
+    assert settled == [new, empty, old]  # settled once, then reused
     other.mkdir()
     (other / search_ab.LOADED).write_text("10000")
     unmarked.mkdir()
