@@ -76,10 +76,7 @@ def store(keep: Path | None, size: int, stack: contextlib.ExitStack) -> tuple[Pa
     """A store of `size` memories and the seconds its load took (None: loaded by an earlier run
     into `keep`). Raises SystemExit if `keep` holds anything but such a store."""
     if keep is None:
-        path = stack.enter_context(common.data_dir())
-        seconds = load(path, size)
-        settle(path)
-        return path, seconds
+        return _loaded(stack.enter_context(common.data_dir()), size)
     marker = keep / LOADED
     if marker.exists() and marker.read_text() == str(size):
         if not (keep / SETTLED).exists():  # loaded before stores were settled, or stopped in between
@@ -89,9 +86,14 @@ def store(keep: Path | None, size: int, stack: contextlib.ExitStack) -> tuple[Pa
         raise SystemExit(f"{keep} holds something other than a store of {size} memories loaded by this "
                          "benchmark: give an empty or new directory")
     keep.mkdir(parents=True, exist_ok=True)
-    seconds = load(keep, size)
-    settle(keep)
-    return keep, seconds
+    return _loaded(keep, size)
+
+
+def _loaded(data: Path, size: int) -> tuple[Path, float]:
+    """`data`, loaded with `size` memories and settled; the load's seconds."""
+    seconds = load(data, size)
+    settle(data)
+    return data, seconds
 
 
 def settle(data: Path) -> None:

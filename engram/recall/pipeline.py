@@ -134,7 +134,9 @@ class Recall:
         s = self._settings
         started = monotonic()  # the rerank budget runs from here
         explain = Explain()
-        depth = max(s.search_candidates, opts.limit, *((s.rerank_candidates, opts.rerank_top_n) if opts.rerank else ()))
+        depth = max(s.search_candidates, opts.limit)
+        if opts.rerank:
+            depth = max(depth, s.rerank_candidates, opts.rerank_top_n)
         wanted = max(opts.limit, opts.rerank_top_n if opts.rerank else 0)
         async with contextlib.AsyncExitStack() as held:
             # The results are read on the dense rows' connection, if it read any and kept it
